@@ -1,0 +1,399 @@
+//! Connecting: DSN resolution, the r2d2 pool, and per-connection prepared statements.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls, Statement};
+
+use crate::error::{Error, Result, chain};
+
+/// The connection pool every part of this crate takes.
+pub type Pool = r2d2::Pool<Manager>;
+
+/// A connection checked out of a [`Pool`]. Derefs to [`Conn`] (and from there to
+/// `postgres::Client`).
+pub type PooledConn = r2d2::PooledConnection<Manager>;
+
+/// How long a validity probe of a pooled or listening connection may take.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A database connection with its own cache of prepared statements.
+///
+/// `postgres::Client` has no statement cache and a `Statement` is bound to the connection
+/// that prepared it, so the cache lives beside the client: each statement this crate runs
+/// per job is prepared once per connection and reused. Derefs to `postgres::Client`, so
+/// it can be used as one.
+pub struct Conn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+    config: Config,
+}
+
+impl Conn {
+    /// The prepared statement for `sql` on this connection, preparing it on first use.
+    ///
+    /// # Errors
+    /// The database's error when `sql` cannot be prepared.
+    pub fn prepare_cached(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// The configuration this connection was opened with (to open another like it).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The underlying client.
+    pub fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn")
+            .field("closed", &self.client.is_closed())
+            .field("statements", &self.statements.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+/// The r2d2 connection manager behind [`Pool`].
+///
+/// Unlike `r2d2_postgres::PostgresConnectionManager` (which it wraps) its validity check is
+/// bounded in time, so `pool.get()` cannot hang on a black-holed connection, and every
+/// connection carries a statement cache ([`Conn`]).
+#[derive(Debug)]
+pub struct Manager {
+    inner: r2d2_postgres::PostgresConnectionManager<NoTls>,
+    config: Config,
+}
+
+impl Manager {
+    /// A manager opening connections with `config`.
+    pub fn new(config: Config) -> Self {
+        Manager {
+            inner: r2d2_postgres::PostgresConnectionManager::new(config.clone(), NoTls),
+            config,
+        }
+    }
+
+    /// Opens one connection, with an error naming the target on failure.
+    pub(crate) fn open(&self) -> Result<Conn> {
+        r2d2::ManageConnection::connect(self).map_err(|source| Error::Connect {
+            target: describe_target(&self.config),
+            source,
+        })
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Conn, postgres::Error> {
+        Ok(Conn {
+            client: self.inner.connect()?,
+            statements: HashMap::new(),
+            config: self.config.clone(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        conn.client.is_valid(PROBE_TIMEOUT)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+/// Drops connections the pool discards on a short-lived thread: dropping a `Client` waits
+/// for the server to close the socket, which never happens on a black-holed connection.
+#[derive(Debug)]
+struct DropElsewhere;
+
+impl r2d2::CustomizeConnection<Conn, postgres::Error> for DropElsewhere {
+    fn on_release(&self, conn: Conn) {
+        let spawned = std::thread::Builder::new()
+            .name("pgqueuer-drop".into())
+            .spawn(move || drop(conn));
+        if let Err(e) = spawned {
+            log::warn!("could not spawn a thread to close a connection: {e}");
+        }
+    }
+}
+
+/// Logs pool errors with their whole cause chain (r2d2's default prints only "db error").
+#[derive(Debug)]
+struct LogChain;
+
+impl r2d2::HandleError<postgres::Error> for LogChain {
+    fn handle_error(&self, error: postgres::Error) {
+        log::warn!("pgqueuer pool: {}", chain(&error));
+    }
+}
+
+/// Options of [`connect_with`].
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Most connections the pool opens. Defaults to 10.
+    pub max_size: u32,
+    /// Connections kept open when idle. Defaults to 1.
+    pub min_idle: u32,
+    /// How long `pool.get()` waits for a connection. Defaults to 10 s.
+    pub connection_timeout: Duration,
+    /// `application_name` when the DSN sets none. Defaults to `pgqueuer-rs`.
+    pub application_name: String,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            max_size: 10,
+            min_idle: 1,
+            connection_timeout: Duration::from_secs(10),
+            application_name: "pgqueuer-rs".into(),
+        }
+    }
+}
+
+/// Opens a pool with [`ConnectOptions::default`]. See [`connect_with`].
+///
+/// # Errors
+/// As [`connect_with`].
+pub fn connect(dsn: &str) -> Result<Pool> {
+    connect_with(dsn, &ConnectOptions::default())
+}
+
+/// Opens a connection pool.
+///
+/// `dsn` is a `postgres://` URL or a libpq `key=value` string. When it is empty, it is read
+/// from `PGQUEUER_DSN`, then `PGDSN`, then `DATABASE_URL`; when none is set the libpq
+/// variables `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD` and `PGDATABASE` are used (host
+/// `localhost`, port 5432, user and database named after the OS user by default).
+///
+/// Every connection gets TCP keepalives and a TCP user timeout, a 10 s connect timeout
+/// unless the DSN sets one, and a bounded validity probe, so that no call waits forever
+/// on a dead peer. One connection is opened before this returns, so a wrong host, password
+/// or database is reported here.
+///
+/// # Errors
+/// [`Error::ConnectionConfig`] for a DSN that cannot be parsed, [`Error::Connect`] naming
+/// the target and the cause when the first connection fails.
+pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
+    if options.max_size == 0 {
+        return Err(Error::invalid(
+            "max_size",
+            "a pool needs at least one connection",
+        ));
+    }
+    let config = resolve_config(dsn, &|k| std::env::var(k).ok(), &options.application_name)?;
+    let manager = Manager::new(config);
+    let first = manager.open()?;
+    let pool = r2d2::Pool::builder()
+        .max_size(options.max_size)
+        .min_idle(Some(options.min_idle.min(options.max_size)))
+        .connection_timeout(options.connection_timeout)
+        .test_on_check_out(true)
+        .error_handler(Box::new(LogChain))
+        .connection_customizer(Box::new(DropElsewhere))
+        .build_unchecked(manager);
+    // The probe connection proved the settings; let the pool open its own.
+    drop(first);
+    Ok(pool)
+}
+
+/// Builds the `postgres::Config` for `dsn` (see [`connect_with`]), reading variables
+/// through `env`.
+pub(crate) fn resolve_config(
+    dsn: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    application_name: &str,
+) -> Result<Config> {
+    let dsn = if dsn.trim().is_empty() {
+        ["PGQUEUER_DSN", "PGDSN", "DATABASE_URL"]
+            .iter()
+            .find_map(|k| env(k).filter(|v| !v.trim().is_empty()))
+            .unwrap_or_default()
+    } else {
+        dsn.to_owned()
+    };
+    let mut config = if dsn.trim().is_empty() {
+        config_from_libpq_env(env)?
+    } else {
+        dsn.parse::<Config>()
+            .map_err(|e| Error::ConnectionConfig(format!("cannot parse the DSN: {}", chain(&e))))?
+    };
+    if config.get_hosts().is_empty() {
+        config.host(&env("PGHOST").unwrap_or_else(|| "localhost".into()));
+    }
+    if config.get_ports().is_empty()
+        && let Some(port) = env("PGPORT")
+    {
+        config.port(parse_port(&port)?);
+    }
+    if config.get_user().is_none()
+        && let Some(user) = env("PGUSER").or_else(|| env("USER"))
+    {
+        config.user(&user);
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(application_name);
+    }
+    config
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30))
+        .keepalives_interval(Duration::from_secs(10))
+        .keepalives_retries(3)
+        .tcp_user_timeout(Duration::from_secs(30));
+    Ok(config)
+}
+
+fn config_from_libpq_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+    let mut config = Config::new();
+    config.host(&env("PGHOST").unwrap_or_else(|| "localhost".into()));
+    config.port(match env("PGPORT") {
+        Some(port) => parse_port(&port)?,
+        None => 5432,
+    });
+    let user = env("PGUSER").or_else(|| env("USER"));
+    if let Some(user) = &user {
+        config.user(user);
+    }
+    if let Some(password) = env("PGPASSWORD") {
+        config.password(password);
+    }
+    if let Some(db) = env("PGDATABASE").or(user) {
+        config.dbname(&db);
+    }
+    Ok(config)
+}
+
+fn parse_port(text: &str) -> Result<u16> {
+    text.trim().parse().map_err(|_| Error::InvalidSetting {
+        setting: "PGPORT",
+        value: text.to_owned(),
+        reason: "not a port number".into(),
+    })
+}
+
+/// `user@host:port/dbname` of a config, for error messages (never the password).
+pub(crate) fn describe_target(config: &Config) -> String {
+    use postgres::config::Host;
+    let host = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let port = config
+        .get_ports()
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let port = if port.is_empty() {
+        "5432".to_owned()
+    } else {
+        port
+    };
+    format!(
+        "{}@{}:{}/{}",
+        config.get_user().unwrap_or("?"),
+        host,
+        port,
+        config
+            .get_dbname()
+            .unwrap_or_else(|| config.get_user().unwrap_or("?"))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn resolve(dsn: &str, pairs: &[(&str, &str)]) -> Result<Config> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        resolve_config(dsn, &move |k| map.get(k).cloned(), "test")
+    }
+
+    #[test]
+    fn empty_dsn_reads_pgqueuer_dsn_first() {
+        let c = resolve(
+            "",
+            &[
+                ("PGQUEUER_DSN", "postgres://a@h1:1/d1"),
+                ("DATABASE_URL", "postgres://b@h2:2/d2"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(describe_target(&c), "a@h1:1/d1");
+        let c = resolve("", &[("DATABASE_URL", "postgres://b@h2:2/d2")]).unwrap();
+        assert_eq!(describe_target(&c), "b@h2:2/d2");
+    }
+
+    #[test]
+    fn libpq_variables_are_the_fallback() {
+        let c = resolve(
+            "",
+            &[
+                ("PGHOST", "10.1.2.3"),
+                ("PGPORT", "6543"),
+                ("PGUSER", "u"),
+                ("PGDATABASE", "db"),
+                ("PGPASSWORD", "secret"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(describe_target(&c), "u@10.1.2.3:6543/db");
+        assert_eq!(c.get_password(), Some(&b"secret"[..]));
+        assert!(!describe_target(&c).contains("secret"));
+    }
+
+    #[test]
+    fn bad_dsn_and_port_are_named() {
+        let err = resolve("postgres://x@h/db?nonsense=1", &[]).unwrap_err();
+        assert!(err.to_string().contains("nonsense"), "{err}");
+        let err = resolve("", &[("PGPORT", "port")]).unwrap_err();
+        assert!(err.to_string().contains("PGPORT"), "{err}");
+    }
+
+    #[test]
+    fn timeouts_and_keepalives_are_always_set() {
+        let c = resolve("postgres://u@127.0.0.1/db", &[]).unwrap();
+        assert_eq!(c.get_connect_timeout(), Some(&Duration::from_secs(10)));
+        assert_eq!(c.get_tcp_user_timeout(), Some(&Duration::from_secs(30)));
+        assert_eq!(c.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(c.get_application_name(), Some("test"));
+    }
+}

@@ -1,0 +1,182 @@
+//! The crate's error type.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// Everything that can go wrong in this crate.
+///
+/// `postgres::Error` displays only "db error"; every variant that wraps one prints the
+/// whole source chain instead (`db error: ERROR: relation "x" does not exist`), so a log
+/// line or a `main` that returns this error says what actually happened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A connection could not be opened. `target` names the host, port, user and database
+    /// that were tried.
+    #[error("could not connect to {target}: {}", chain(.source))]
+    Connect {
+        /// `user@host:port/dbname` as resolved from the DSN and environment.
+        target: String,
+        /// What the driver reported.
+        #[source]
+        source: postgres::Error,
+    },
+
+    /// The connection string or the connection environment could not be understood.
+    #[error("invalid connection settings: {0}")]
+    ConnectionConfig(String),
+
+    /// A `Settings` value (an object name, the durability level...) is not acceptable.
+    /// Nothing was sent to the database.
+    #[error("invalid setting {setting} = {value:?}: {reason}")]
+    InvalidSetting {
+        /// The setting's name, as in `Settings` (and `PGQUEUER_<NAME>` in the environment).
+        setting: &'static str,
+        /// The rejected value.
+        value: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// An argument is not acceptable. Nothing was sent to the database.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput {
+        /// The argument or field that was wrong.
+        field: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// No pooled connection could be had within the pool's connection timeout.
+    #[error("no database connection available: {}", chain(.0))]
+    Pool(#[from] r2d2::Error),
+
+    /// The database rejected a statement or the connection failed while running one.
+    #[error("{}", chain(.0))]
+    Db(#[from] postgres::Error),
+
+    /// The database lacks objects this crate needs. Every missing or outdated object is
+    /// named. Call `upgrade()` (or `pgq upgrade`) to fix it.
+    #[error(
+        "the PgQueuer schema is missing or outdated: {}; run pgqueuer::upgrade() or `pgq upgrade`",
+        .missing.join(", ")
+    )]
+    Schema {
+        /// One entry per missing object, e.g. `column pgqueuer.slot`.
+        missing: Vec<String>,
+    },
+
+    /// An enqueue with `OnConflict::Raise` hit a queued or picked job with the same
+    /// dedupe key. Nothing of the batch was inserted.
+    #[error("duplicate job: a queued or picked job already has one of the dedupe keys {keys:?}")]
+    DuplicateJob {
+        /// The dedupe keys of the whole call.
+        keys: Vec<String>,
+        /// The unique violation reported by the database.
+        #[source]
+        source: postgres::Error,
+    },
+
+    /// A waited-for operation did not finish in time.
+    #[error("timed out after {0:?}")]
+    Timeout(std::time::Duration),
+
+    /// The worker stopped because of a failure of its own machinery (not of a handler).
+    #[error("worker failed: {0}")]
+    Worker(String),
+}
+
+impl Error {
+    /// The SQLSTATE of the underlying database error, if there is one.
+    pub fn sqlstate(&self) -> Option<&postgres::error::SqlState> {
+        match self {
+            Error::Db(e)
+            | Error::Connect { source: e, .. }
+            | Error::DuplicateJob { source: e, .. } => e.code(),
+            _ => None,
+        }
+    }
+
+    /// True for [`Error::DuplicateJob`].
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, Error::DuplicateJob { .. })
+    }
+
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Formats an error followed by each of its sources, joined by ": ", skipping a source
+/// whose text the previous message already ends with.
+pub(crate) fn chain<'a>(err: &'a (dyn StdError + 'static)) -> ErrorChain<'a> {
+    ErrorChain(err)
+}
+
+/// Display adapter returned by [`chain`].
+pub(crate) struct ErrorChain<'a>(&'a (dyn StdError + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut last = self.0.to_string();
+        f.write_str(&last)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            let text = err.to_string();
+            if !last.ends_with(&text) {
+                write!(f, ": {text}")?;
+            }
+            last = text;
+            source = err.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Leaf;
+    impl fmt::Display for Leaf {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Connection refused (os error 111)")
+        }
+    }
+    impl StdError for Leaf {}
+
+    #[derive(Debug)]
+    struct Outer(Leaf);
+    impl fmt::Display for Outer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("error connecting to server")
+        }
+    }
+    impl StdError for Outer {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn chain_includes_every_source() {
+        let e = Outer(Leaf);
+        assert_eq!(
+            chain(&e).to_string(),
+            "error connecting to server: Connection refused (os error 111)"
+        );
+    }
+
+    #[test]
+    fn chain_skips_a_repeated_tail() {
+        let e = Leaf;
+        assert_eq!(chain(&e).to_string(), "Connection refused (os error 111)");
+    }
+}

@@ -1,0 +1,339 @@
+//! Install, upgrade, verify and uninstall the PgQueuer schema.
+//!
+//! Install and upgrade are one operation: [`upgrade`] runs every step in `migrations/`,
+//! each idempotent and convergent, so from nothing, from any older PgQueuer release's
+//! schema, or from an up-to-date one it ends in the catalog `pgq install` of PgQueuer
+//! 1.6.0 creates. It holds PgQueuer's own advisory lock while it works, so any number of
+//! processes, Rust or Python, may call it at once.
+
+use std::collections::BTreeSet;
+
+use postgres::Client;
+
+use crate::error::{Error, Result};
+use crate::settings::Settings;
+use crate::sql;
+
+/// The migration steps, in order: (name, SQL template).
+const MIGRATIONS: [(&str, &str); 9] = [
+    (
+        "001_status_enum",
+        include_str!("../migrations/001_status_enum.sql"),
+    ),
+    (
+        "002_queue_table",
+        include_str!("../migrations/002_queue_table.sql"),
+    ),
+    (
+        "003_log_table",
+        include_str!("../migrations/003_log_table.sql"),
+    ),
+    (
+        "004_statistics_table",
+        include_str!("../migrations/004_statistics_table.sql"),
+    ),
+    (
+        "005_schedules_table",
+        include_str!("../migrations/005_schedules_table.sql"),
+    ),
+    (
+        "006_widen_ids",
+        include_str!("../migrations/006_widen_ids.sql"),
+    ),
+    ("007_indexes", include_str!("../migrations/007_indexes.sql")),
+    (
+        "008_function_trigger",
+        include_str!("../migrations/008_function_trigger.sql"),
+    ),
+    (
+        "009_drop_retired",
+        include_str!("../migrations/009_drop_retired.sql"),
+    ),
+];
+
+/// What [`upgrade`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpgradeReport {
+    /// The catalog facts that changed, each `+ fact` (now present) or `- fact` (gone), in
+    /// the form of [`describe`]. Empty when the schema was already up to date.
+    pub changes: Vec<String>,
+}
+
+impl UpgradeReport {
+    /// True when the schema was already up to date.
+    pub fn is_noop(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+/// The SQL that [`upgrade_with`] runs, one string per step, rendered for `settings`
+/// (for `pgq sql upgrade` and review). Each step must run as its own transaction.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] when a name in `settings` is not acceptable.
+pub fn upgrade_sql(settings: &Settings) -> Result<Vec<String>> {
+    settings.validate()?;
+    let mut steps = Vec::with_capacity(MIGRATIONS.len() + 1);
+    if let Some(schema) = &settings.schema {
+        steps.push(sql::schema_create(schema));
+    }
+    steps.extend(
+        MIGRATIONS
+            .iter()
+            .map(|(_, template)| sql::render_migration(template, settings)),
+    );
+    Ok(steps)
+}
+
+/// Installs or upgrades the schema with PgQueuer's default names. See [`upgrade_with`].
+///
+/// # Errors
+/// As [`upgrade_with`].
+pub fn upgrade(client: &mut Client) -> Result<UpgradeReport> {
+    upgrade_with(client, &Settings::default())
+}
+
+/// Installs the schema, or brings an existing one up to date, for `settings`.
+///
+/// Safe to call from a startup hook of every process: it serializes on PgQueuer's upgrade
+/// advisory lock, changes nothing when the schema is current, keeps every row, and leaves
+/// rows picked before the capacity-slot column existed with `slot` NULL. Each step runs in
+/// its own transaction (enum labels must be committed before use), so `client` must not
+/// be inside a transaction.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] before any SQL for a bad name; [`Error::Db`] naming the
+/// statement's failure otherwise (steps already applied stay applied; running it again
+/// continues from there).
+pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeReport> {
+    let steps = upgrade_sql(settings)?;
+    let key = settings.upgrade_lock_key();
+    client.execute(sql::ADVISORY_LOCK, &[&key])?;
+    let result = (|| -> Result<UpgradeReport> {
+        let before = describe_with(client, settings)?;
+        for step in &steps {
+            client.batch_execute(step)?;
+        }
+        let after = describe_with(client, settings)?;
+        Ok(UpgradeReport {
+            changes: diff(&before, &after),
+        })
+    })();
+    let unlocked = client.execute(sql::ADVISORY_UNLOCK, &[&key]);
+    let report = result?;
+    unlocked?;
+    if !report.is_noop() {
+        log::info!(
+            "pgqueuer schema upgraded: {} catalog changes",
+            report.changes.len()
+        );
+    }
+    Ok(report)
+}
+
+/// The catalog facts of the schema holding the objects of `settings`, one line each,
+/// sorted (tables, columns, indexes, constraints, sequences, enums, functions, triggers).
+/// This is how tests compare a database with PgQueuer's own install.
+///
+/// # Errors
+/// [`Error::Db`] when the catalog cannot be read.
+pub fn describe_with(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
+    settings.validate()?;
+    let schema: String = match &settings.schema {
+        Some(schema) => schema.clone(),
+        None => client.query_one(sql::CURRENT_SCHEMA, &[])?.get(0),
+    };
+    let rows = client.query(&sql::catalog(&schema), &[])?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+fn diff(before: &[String], after: &[String]) -> Vec<String> {
+    let old: BTreeSet<&String> = before.iter().collect();
+    let new: BTreeSet<&String> = after.iter().collect();
+    let removed = old.difference(&new).map(|l| format!("- {l}"));
+    let added = new.difference(&old).map(|l| format!("+ {l}"));
+    removed.chain(added).collect()
+}
+
+/// Checks the schema with PgQueuer's default names. See [`verify_with`].
+///
+/// # Errors
+/// As [`verify_with`].
+pub fn verify(client: &mut Client) -> Result<()> {
+    verify_with(client, &Settings::default())
+}
+
+/// Checks that every object the runtime depends on exists: the four tables, every column
+/// (including `slot`), the seven status labels, the capacity-slot unique index, the dedupe
+/// index, the log's job index, the trigger function and the trigger.
+///
+/// # Errors
+/// [`Error::Schema`] listing every missing object by name (fix: [`upgrade_with`]);
+/// [`Error::Db`] when the catalog cannot be read.
+pub fn verify_with(client: &mut Client, settings: &Settings) -> Result<()> {
+    let facts = describe_with(client, settings)?;
+    let missing = missing_objects(&facts, settings);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Schema { missing })
+    }
+}
+
+/// Every object of [`verify_with`] absent from `facts` (lines of [`describe_with`]).
+fn missing_objects(facts: &[String], s: &Settings) -> Vec<String> {
+    let has = |prefix: &str| facts.iter().any(|f| f.starts_with(prefix));
+    let mut missing = Vec::new();
+    let columns: [(&str, &[&str]); 4] = [
+        (
+            &s.queue_table,
+            &[
+                "id",
+                "priority",
+                "queue_manager_id",
+                "created",
+                "updated",
+                "heartbeat",
+                "execute_after",
+                "status",
+                "entrypoint",
+                "dedupe_key",
+                "payload",
+                "headers",
+                "attempts",
+                "slot",
+            ],
+        ),
+        (
+            &s.queue_table_log,
+            &[
+                "id",
+                "created",
+                "job_id",
+                "status",
+                "priority",
+                "entrypoint",
+                "traceback",
+                "aggregated",
+            ],
+        ),
+        (
+            &s.statistics_table,
+            &["id", "created", "count", "priority", "status", "entrypoint"],
+        ),
+        (
+            &s.schedules_table,
+            &[
+                "id",
+                "expression",
+                "entrypoint",
+                "heartbeat",
+                "created",
+                "updated",
+                "next_run",
+                "last_run",
+                "status",
+            ],
+        ),
+    ];
+    for (table, cols) in columns {
+        if !has(&format!("table {table} ")) {
+            missing.push(format!("table {table}"));
+            continue;
+        }
+        for col in cols {
+            if !has(&format!("column {table}.{col} ")) {
+                missing.push(format!("column {table}.{col}"));
+            }
+        }
+    }
+    let enum_prefix = format!("enum {} ", s.queue_status_type);
+    match facts.iter().find(|f| f.starts_with(&enum_prefix)) {
+        None => missing.push(format!("type {}", s.queue_status_type)),
+        Some(line) => {
+            let labels: Vec<&str> = line[enum_prefix.len()..].split(',').collect();
+            for label in crate::job::Status::ALL.map(crate::job::Status::as_str) {
+                if !labels.contains(&label) {
+                    missing.push(format!("enum label {}.{label}", s.queue_status_type));
+                }
+            }
+        }
+    }
+    let slot = s.slot_index_name();
+    let slot_ok = facts.iter().any(|f| {
+        f.starts_with(&format!("index CREATE UNIQUE INDEX {slot} ON "))
+            && f.contains("USING btree (entrypoint, slot) WHERE ((status = 'picked'::")
+    });
+    if !slot_ok {
+        missing.push(format!("unique index {slot}"));
+    }
+    let dedupe = format!("{}_unique_dedupe_key", s.queue_table);
+    if !has(&format!("index CREATE UNIQUE INDEX {dedupe} ON ")) {
+        missing.push(format!("unique index {dedupe}"));
+    }
+    let log_index = format!("{}_job_id_status", s.queue_table_log);
+    if !has(&format!("index CREATE INDEX {log_index} ON ")) {
+        missing.push(format!("index {log_index}"));
+    }
+    if !has(&format!("function {} ", s.function)) {
+        missing.push(format!("function {}", s.function));
+    }
+    if !has(&format!("trigger CREATE TRIGGER {} ", s.trigger)) {
+        missing.push(format!("trigger {}", s.trigger));
+    }
+    missing
+}
+
+/// Removes the schema with PgQueuer's default names. See [`uninstall_with`].
+///
+/// # Errors
+/// As [`uninstall_with`].
+pub fn uninstall(client: &mut Client) -> Result<()> {
+    uninstall_with(client, &Settings::default())
+}
+
+/// Drops the trigger, the function, the four tables (with every job and log row) and the
+/// enum types. Objects already absent are skipped. The schema itself is kept.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when a drop fails.
+pub fn uninstall_with(client: &mut Client, settings: &Settings) -> Result<()> {
+    settings.validate()?;
+    client.batch_execute(&sql::uninstall(settings))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_placeholder_is_filled() {
+        for settings in [
+            Settings::default(),
+            Settings::with_prefix("app_").schema("myq"),
+        ] {
+            for step in upgrade_sql(&settings).unwrap() {
+                assert!(!step.contains("{{"), "unfilled placeholder in {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_names_build_no_sql() {
+        let settings = Settings {
+            function: "f(); drop table x; --".into(),
+            ..Settings::default()
+        };
+        let err = upgrade_sql(&settings).unwrap_err();
+        assert!(err.to_string().contains("function"), "{err}");
+    }
+
+    #[test]
+    fn diff_lists_removed_then_added() {
+        let before = vec!["a".to_owned(), "b".to_owned()];
+        let after = vec!["b".to_owned(), "c".to_owned()];
+        assert_eq!(diff(&before, &after), ["- a", "+ c"]);
+        assert!(diff(&after, &after).is_empty());
+    }
+}

@@ -1,0 +1,159 @@
+//! Classifies database errors by SQLSTATE and constraint name.
+//!
+//! The slot-claiming dequeue and the dedupe-aware enqueue must tell apart a few database
+//! errors precisely: a unique violation *on the capacity-slot index* means "another worker
+//! took that slot first" and is an empty batch, while the same SQLSTATE on any other index
+//! is a real error. Nothing here guesses from message text.
+
+use postgres::error::SqlState;
+
+/// What kind of failure a database error is, as far as this crate acts on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// SQLSTATE 23505 on the capacity-slot index (`<queue_table>_picked_slot_idx`): a
+    /// concurrent claim took the same `(entrypoint, slot)` first. Treated as an empty batch.
+    LostSlotRace,
+    /// SQLSTATE 40P01. Two claims locked rows in crossing order; one was chosen as victim.
+    Deadlock,
+    /// SQLSTATE 23505 on any other constraint (named when the server names it).
+    UniqueViolation {
+        /// The index or constraint the server named.
+        constraint: Option<String>,
+    },
+    /// The connection is gone or the server is going away (class 08, 57P01–57P03, or the
+    /// driver's own "connection closed").
+    ConnectionLost,
+    /// Anything else.
+    Other,
+}
+
+impl ErrorKind {
+    /// True when the failed claim should be reported as an empty batch.
+    pub fn is_lost_race(&self) -> bool {
+        matches!(self, ErrorKind::LostSlotRace | ErrorKind::Deadlock)
+    }
+}
+
+/// Classifies `err`. `slot_index` is the unqualified name of the capacity-slot index
+/// (`Settings::slot_index_name()`), the only index whose violation counts as a lost race.
+pub fn classify(err: &postgres::Error, slot_index: &str) -> ErrorKind {
+    let constraint = err.as_db_error().and_then(|d| d.constraint());
+    classify_parts(err.code(), constraint, err.is_closed(), slot_index)
+}
+
+/// The pure part of [`classify`], separated so it can be tested without a server.
+pub(crate) fn classify_parts(
+    code: Option<&SqlState>,
+    constraint: Option<&str>,
+    closed: bool,
+    slot_index: &str,
+) -> ErrorKind {
+    if closed {
+        return ErrorKind::ConnectionLost;
+    }
+    let Some(code) = code else {
+        return ErrorKind::Other;
+    };
+    if *code == SqlState::UNIQUE_VIOLATION {
+        return if constraint == Some(slot_index) {
+            ErrorKind::LostSlotRace
+        } else {
+            ErrorKind::UniqueViolation {
+                constraint: constraint.map(str::to_owned),
+            }
+        };
+    }
+    if *code == SqlState::T_R_DEADLOCK_DETECTED {
+        return ErrorKind::Deadlock;
+    }
+    if code.code().starts_with("08")
+        || *code == SqlState::ADMIN_SHUTDOWN
+        || *code == SqlState::CRASH_SHUTDOWN
+        || *code == SqlState::CANNOT_CONNECT_NOW
+    {
+        return ErrorKind::ConnectionLost;
+    }
+    ErrorKind::Other
+}
+
+/// True when `err` means the connection it came from cannot be used again.
+pub fn is_connection_lost(err: &postgres::Error) -> bool {
+    classify(err, "") == ErrorKind::ConnectionLost
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SLOT: &str = "pgqueuer_picked_slot_idx";
+
+    #[test]
+    fn slot_index_violation_is_a_lost_race() {
+        let kind = classify_parts(Some(&SqlState::UNIQUE_VIOLATION), Some(SLOT), false, SLOT);
+        assert_eq!(kind, ErrorKind::LostSlotRace);
+        assert!(kind.is_lost_race());
+    }
+
+    #[test]
+    fn other_unique_violation_is_an_error() {
+        let kind = classify_parts(
+            Some(&SqlState::UNIQUE_VIOLATION),
+            Some("pgqueuer_unique_dedupe_key"),
+            false,
+            SLOT,
+        );
+        assert_eq!(
+            kind,
+            ErrorKind::UniqueViolation {
+                constraint: Some("pgqueuer_unique_dedupe_key".into())
+            }
+        );
+        assert!(!kind.is_lost_race());
+    }
+
+    #[test]
+    fn a_prefixed_slot_index_is_not_confused_with_the_default_one() {
+        let kind = classify_parts(
+            Some(&SqlState::UNIQUE_VIOLATION),
+            Some(SLOT),
+            false,
+            "app_pgqueuer_picked_slot_idx",
+        );
+        assert!(!kind.is_lost_race());
+    }
+
+    #[test]
+    fn deadlock_is_a_lost_race() {
+        let kind = classify_parts(Some(&SqlState::T_R_DEADLOCK_DETECTED), None, false, SLOT);
+        assert!(kind.is_lost_race());
+    }
+
+    #[test]
+    fn connection_failures() {
+        for code in [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::CONNECTION_EXCEPTION,
+        ] {
+            assert_eq!(
+                classify_parts(Some(&code), None, false, SLOT),
+                ErrorKind::ConnectionLost
+            );
+        }
+        assert_eq!(
+            classify_parts(None, None, true, SLOT),
+            ErrorKind::ConnectionLost
+        );
+    }
+
+    #[test]
+    fn everything_else_is_other() {
+        assert_eq!(classify_parts(None, None, false, SLOT), ErrorKind::Other);
+        assert_eq!(
+            classify_parts(Some(&SqlState::QUERY_CANCELED), None, false, SLOT),
+            ErrorKind::Other
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! The test harness: a PostgreSQL server to talk to, and a fresh database per test.
+//!
+//! The server is `PGQUEUER_TEST_DSN` when set (an admin DSN: a superuser, any database),
+//! else 127.0.0.1:5432 as `postgres`. When nothing answers there and PostgreSQL's server
+//! binaries are installed, a throwaway server is started in a temporary directory (as the
+//! `postgres` user when run as root) and stopped when the test process exits. Otherwise
+//! the tests fail with a message saying how to get a server. Nothing is ever skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pgqueuer::postgres::{Client, Config, NoTls};
+
+/// Where the test server is.
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+}
+
+impl Server {
+    pub fn config(&self, dbname: &str) -> Config {
+        let mut c = Config::new();
+        c.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .dbname(dbname)
+            .connect_timeout(Duration::from_secs(10))
+            .application_name("pgqueuer-tests");
+        c
+    }
+
+    pub fn dsn(&self, dbname: &str) -> String {
+        if self.host.starts_with('/') {
+            format!(
+                "host={} port={} user={} dbname={dbname}",
+                self.host, self.port, self.user
+            )
+        } else {
+            format!(
+                "postgres://{}@{}:{}/{dbname}",
+                self.user, self.host, self.port
+            )
+        }
+    }
+
+    pub fn admin(&self) -> Client {
+        self.config("postgres")
+            .connect(NoTls)
+            .unwrap_or_else(|e| panic!("cannot connect to the test server {self:?}: {e:?}"))
+    }
+}
+
+pub fn server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(find_or_start_server)
+}
+
+fn find_or_start_server() -> Server {
+    if let Ok(dsn) = std::env::var("PGQUEUER_TEST_DSN") {
+        let config: Config = dsn
+            .parse()
+            .unwrap_or_else(|e| panic!("PGQUEUER_TEST_DSN={dsn:?} does not parse: {e:?}"));
+        let host = match config.get_hosts().first() {
+            Some(pgqueuer::postgres::config::Host::Tcp(h)) => h.clone(),
+            Some(pgqueuer::postgres::config::Host::Unix(p)) => p.display().to_string(),
+            None => "127.0.0.1".into(),
+        };
+        let server = Server {
+            host,
+            port: config.get_ports().first().copied().unwrap_or(5432),
+            user: config.get_user().unwrap_or("postgres").to_owned(),
+        };
+        if let Err(e) = server.config("postgres").connect(NoTls) {
+            panic!("PGQUEUER_TEST_DSN={dsn:?} is set but its server does not answer: {e:?}");
+        }
+        return server;
+    }
+    let local = Server {
+        host: "127.0.0.1".into(),
+        port: 5432,
+        user: "postgres".into(),
+    };
+    if local.config("postgres").connect(NoTls).is_ok() {
+        return local;
+    }
+    match start_throwaway_server() {
+        Ok(server) => server,
+        Err(why) => panic!(
+            "no PostgreSQL server for the tests: nothing answers at 127.0.0.1:5432 as user \
+             postgres, and a throwaway server could not be started ({why}).\n\
+             Start one (e.g. `pg_ctlcluster 15 main start`, or `apt-get install postgresql`), \
+             or point PGQUEUER_TEST_DSN at a superuser DSN."
+        ),
+    }
+}
+
+/// initdb + postgres in a temporary directory, on a free port, with a watchdog that
+/// stops it when this process exits.
+fn start_throwaway_server() -> Result<Server, String> {
+    let bindir = find_server_bindir().ok_or("PostgreSQL server binaries (initdb) not found")?;
+    let dir = std::env::temp_dir().join(format!("pgqueuer-test-server-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let as_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false);
+    let run_as = |program: &Path, args: &[&str]| -> Command {
+        if as_root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program).args(args);
+            c
+        } else {
+            let mut c = Command::new(program);
+            c.args(args);
+            c
+        }
+    };
+    if as_root {
+        let status = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&dir)
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            return Err(
+                "running as root and cannot hand the data directory to user postgres".into(),
+            );
+        }
+    }
+    let data = dir.join("data");
+    let data_s = data.to_str().ok_or("non-UTF-8 temp dir")?;
+    let out = run_as(
+        &bindir.join("initdb"),
+        &["-D", data_s, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+    )
+    .output()
+    .map_err(|e| format!("initdb: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let port = free_port()?;
+    let postgres = bindir.join("postgres");
+    let cmd = format!(
+        "{bin} -D {data} -p {port} -k {dir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off & \
+         pg=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -INT $pg",
+        bin = postgres.display(),
+        data = data_s,
+        dir = dir.display(),
+        parent = std::process::id(),
+    );
+    let mut c = run_as(Path::new("/bin/sh"), &["-c", &cmd]);
+    c.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    c.spawn().map_err(|e| format!("starting postgres: {e}"))?;
+    let server = Server {
+        host: "127.0.0.1".into(),
+        port,
+        user: "postgres".into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match server.config("postgres").connect(NoTls) {
+            Ok(_) => {
+                eprintln!(
+                    "pgqueuer tests: started a throwaway PostgreSQL on 127.0.0.1:{port} in {}",
+                    dir.display()
+                );
+                return Ok(server);
+            }
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!("throwaway server did not start: {e}"));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn find_server_bindir() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("initdb").exists())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn unique_name(kind: &str) -> String {
+    format!(
+        "pgqtest_{}_{kind}{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Drops databases left by earlier test processes that are no longer running.
+fn drop_leftovers(admin: &mut Client) {
+    let rows = admin
+        .query(
+            "SELECT datname::text FROM pg_database WHERE datname LIKE 'pgqtest\\_%'",
+            &[],
+        )
+        .expect("list databases");
+    for row in rows {
+        let name: String = row.get(0);
+        let pid: Option<u32> = name.split('_').nth(1).and_then(|p| p.parse().ok());
+        let alive = pid
+            .is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
+/// The name of a database with the default-named schema installed by `upgrade()`, made
+/// once per test process and used as the template of [`TestDb::new`].
+fn template() -> &'static str {
+    static TEMPLATE: OnceLock<String> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let server = server();
+        let mut admin = server.admin();
+        drop_leftovers(&mut admin);
+        let name = unique_name("template");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create template");
+        let mut client = server
+            .config(&name)
+            .connect(NoTls)
+            .expect("connect to template");
+        pgqueuer::upgrade(&mut client).expect("upgrade() on an empty database");
+        drop(client);
+        name
+    })
+}
+
+/// A database of its own for one test, dropped when the value is dropped.
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    /// A fresh database with the default schema installed.
+    pub fn new() -> TestDb {
+        Self::create(template())
+    }
+
+    /// A fresh, empty database.
+    pub fn empty() -> TestDb {
+        Self::create("template0")
+    }
+
+    fn create(template: &str) -> TestDb {
+        let server = server();
+        let mut admin = server.admin();
+        let name = unique_name("db");
+        let mut tries = 0;
+        loop {
+            match admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}")) {
+                Ok(()) => break,
+                // "source database is being accessed by other users": another test's
+                // CREATE DATABASE from the same template holds it for a moment.
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("CREATE DATABASE {name}: {e:?}"),
+            }
+        }
+        TestDb { name }
+    }
+
+    pub fn config(&self) -> Config {
+        server().config(&self.name)
+    }
+
+    pub fn dsn(&self) -> String {
+        server().dsn(&self.name)
+    }
+
+    pub fn client(&self) -> Client {
+        self.config()
+            .connect(NoTls)
+            .expect("connect to the test database")
+    }
+
+    /// A pool of at most `max_size` connections.
+    pub fn pool(&self, max_size: u32) -> pgqueuer::Pool {
+        let options = pgqueuer::ConnectOptions {
+            max_size,
+            min_idle: 0,
+            ..Default::default()
+        };
+        pgqueuer::connect_with(&self.dsn(), &options).expect("connect_with")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let mut admin = server().admin();
+        if let Err(e) = admin.batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        )) {
+            eprintln!("could not drop test database {}: {e:?}", self.name);
+        }
+    }
+}
+
+/// The contents of a file under tests/fixtures.
+pub fn fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}

@@ -1,0 +1,8 @@
+//! Integration tests against a real PostgreSQL (see `harness.rs` for where it comes from).
+
+// Test modules share helpers with `pub`; nothing here is a public API.
+#![allow(unreachable_pub)]
+
+mod connect;
+mod harness;
+mod schema;

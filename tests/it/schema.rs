@@ -1,0 +1,317 @@
+//! Schema lifecycle: install == upgrade, convergence from older PgQueuer releases,
+//! verify, prefix/schema naming, concurrency of upgrade().
+
+use std::collections::BTreeSet;
+
+use pgqueuer::{Error, Settings, describe_with, upgrade_with, verify_with};
+
+use crate::harness::{TestDb, fixture};
+
+fn fixture_lines(name: &str) -> Vec<String> {
+    fixture(name)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Asserts two catalog descriptions are equal, printing only the differing facts.
+fn assert_same_catalog(actual: &[String], expected: &[String], what: &str) {
+    let a: BTreeSet<&String> = actual.iter().collect();
+    let e: BTreeSet<&String> = expected.iter().collect();
+    let missing: Vec<_> = e.difference(&a).collect();
+    let extra: Vec<_> = a.difference(&e).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{what}: catalog differs from PgQueuer 1.6.0's install\nmissing: {missing:#?}\nunexpected: {extra:#?}"
+    );
+}
+
+#[test]
+fn fresh_upgrade_equals_pgqueuer_1_6_0_install() {
+    let db = TestDb::empty();
+    let mut client = db.client();
+    let report = pgqueuer::upgrade(&mut client).unwrap();
+    assert!(!report.is_noop());
+    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    assert_same_catalog(
+        &facts,
+        &fixture_lines("pgqueuer-1.6.0.catalog"),
+        "fresh install",
+    );
+    pgqueuer::verify(&mut client).unwrap();
+}
+
+#[test]
+fn a_second_upgrade_changes_nothing() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let report = pgqueuer::upgrade(&mut client).unwrap();
+    assert!(
+        report.is_noop(),
+        "second upgrade changed: {:#?}",
+        report.changes
+    );
+}
+
+#[test]
+fn schema_and_prefix_match_pgqueuer_and_coexist_with_defaults() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let custom = Settings::with_prefix("app_").schema("myq");
+    upgrade_with(&mut client, &custom).unwrap();
+    let facts = describe_with(&mut client, &custom).unwrap();
+    assert_same_catalog(
+        &facts,
+        &fixture_lines("pgqueuer-1.6.0-myq-app.catalog"),
+        "myq/app_",
+    );
+    // A second prefix in the default schema, beside the default install.
+    let other = Settings::with_prefix("other_");
+    upgrade_with(&mut client, &other).unwrap();
+    for settings in [Settings::default(), custom, other] {
+        verify_with(&mut client, &settings).unwrap();
+    }
+    let public = describe_with(&mut client, &Settings::default()).unwrap();
+    assert!(
+        public
+            .iter()
+            .any(|l| l.starts_with("table other_pgqueuer "))
+    );
+    assert!(public.iter().any(|l| l.starts_with("table pgqueuer ")));
+    assert!(
+        public
+            .iter()
+            .any(|l| l.contains("other_pgqueuer_picked_slot_idx"))
+    );
+    assert!(
+        public
+            .iter()
+            .any(|l| l.starts_with("trigger CREATE TRIGGER other_tg_pgqueuer_changed"))
+    );
+}
+
+/// Loads an older release's fixture, upgrades it, and checks catalog and rows.
+/// `has_slots`: the release already had the slot column and index (so verify() passes).
+fn upgrade_from(release: &str, has_slots: bool) {
+    let db = TestDb::empty();
+    let mut client = db.client();
+    client
+        .batch_execute(&fixture(&format!("pgqueuer-{release}.sql")))
+        .unwrap();
+    let rows_before: Vec<(i64, String, Option<Vec<u8>>)> = client
+        .query(
+            "SELECT id::bigint, status::text, payload FROM pgqueuer ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert!(rows_before.len() >= 5, "fixture {release} has too few rows");
+    let slots_before: Vec<Option<i64>> = if has_slots {
+        let rows = client
+            .query(
+                "SELECT slot FROM pgqueuer WHERE status = 'picked' ORDER BY id",
+                &[],
+            )
+            .unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    } else {
+        Vec::new()
+    };
+    match pgqueuer::verify(&mut client) {
+        Ok(()) => assert!(
+            has_slots,
+            "{release}: verify() passed without the slot column"
+        ),
+        Err(Error::Schema { missing }) => {
+            assert!(!has_slots, "{release}: verify() failed: {missing:?}");
+            assert!(
+                missing.contains(&"column pgqueuer.slot".to_owned()),
+                "{missing:?}"
+            );
+        }
+        Err(e) => panic!("{release}: {e}"),
+    }
+
+    let report = pgqueuer::upgrade(&mut client).unwrap();
+    assert!(!report.is_noop());
+    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    // PgQueuer keeps the retired statistics.time_in_queue column (relaxed to NULL).
+    let facts: Vec<String> = facts
+        .into_iter()
+        .filter(|l| !l.contains(".time_in_queue "))
+        .collect();
+    assert_same_catalog(&facts, &fixture_lines("pgqueuer-1.6.0.catalog"), release);
+    pgqueuer::verify(&mut client).unwrap();
+
+    let rows_after: Vec<(i64, String, Option<Vec<u8>>)> = client
+        .query(
+            "SELECT id, status::text, payload FROM pgqueuer ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(rows_before, rows_after, "{release}: rows changed");
+    let slots: Vec<Option<i64>> = client
+        .query(
+            "SELECT slot FROM pgqueuer WHERE status = 'picked' ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if has_slots {
+        assert_eq!(slots, slots_before, "{release}: slots changed");
+    } else {
+        assert!(
+            slots.iter().all(Option::is_none),
+            "{release}: pre-slot picked rows must keep slot NULL"
+        );
+    }
+    assert!(
+        pgqueuer::upgrade(&mut client).unwrap().is_noop(),
+        "{release}: second upgrade not a no-op"
+    );
+}
+
+#[test]
+fn upgrade_from_0_18_10_without_log_table_or_slot() {
+    upgrade_from("0.18.10", false);
+}
+
+#[test]
+fn upgrade_from_1_3_2_before_slots() {
+    upgrade_from("1.3.2", false);
+}
+
+#[test]
+fn upgrade_from_1_4_0_with_slots_but_older_indexes() {
+    upgrade_from("1.4.0", true);
+}
+
+#[test]
+fn eight_concurrent_upgrades_on_an_empty_database() {
+    let db = TestDb::empty();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let config = db.config();
+            std::thread::spawn(move || {
+                let mut client = config.connect(pgqueuer::postgres::NoTls).unwrap();
+                pgqueuer::upgrade(&mut client).map(|r| r.is_noop())
+            })
+        })
+        .collect();
+    let results: Vec<bool> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    assert_eq!(
+        results.iter().filter(|noop| !**noop).count(),
+        1,
+        "exactly one upgrade installs"
+    );
+    let mut client = db.client();
+    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    assert_same_catalog(
+        &facts,
+        &fixture_lines("pgqueuer-1.6.0.catalog"),
+        "concurrent install",
+    );
+}
+
+#[test]
+fn verify_names_a_missing_slot_column_and_index() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute("DROP INDEX pgqueuer_picked_slot_idx")
+        .unwrap();
+    let err = pgqueuer::verify(&mut client).unwrap_err();
+    let Error::Schema { missing } = &err else {
+        panic!("unexpected {err:?}")
+    };
+    assert_eq!(missing, &["unique index pgqueuer_picked_slot_idx"]);
+    assert!(err.to_string().contains("upgrade"), "{err}");
+
+    client
+        .batch_execute("ALTER TABLE pgqueuer DROP COLUMN slot")
+        .unwrap();
+    let Err(Error::Schema { missing }) = pgqueuer::verify(&mut client) else {
+        panic!("verify passed")
+    };
+    assert_eq!(
+        missing,
+        [
+            "column pgqueuer.slot",
+            "unique index pgqueuer_picked_slot_idx"
+        ]
+    );
+
+    let report = pgqueuer::upgrade(&mut client).unwrap();
+    assert!(
+        report
+            .changes
+            .iter()
+            .any(|c| c.starts_with("+ column pgqueuer.slot bigint")),
+        "{:?}",
+        report.changes
+    );
+    pgqueuer::verify(&mut client).unwrap();
+}
+
+#[test]
+fn verify_on_an_empty_database_names_every_table() {
+    let db = TestDb::empty();
+    let mut client = db.client();
+    let Err(Error::Schema { missing }) = pgqueuer::verify(&mut client) else {
+        panic!("verify passed")
+    };
+    for object in [
+        "table pgqueuer",
+        "table pgqueuer_log",
+        "type pgqueuer_status",
+        "function fn_pgqueuer_changed",
+    ] {
+        assert!(
+            missing.iter().any(|m| m == object),
+            "{object} not in {missing:?}"
+        );
+    }
+}
+
+#[test]
+fn uninstall_removes_everything_and_upgrade_reinstalls() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    pgqueuer::uninstall(&mut client).unwrap();
+    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    assert!(facts.is_empty(), "left behind: {facts:#?}");
+    pgqueuer::upgrade(&mut client).unwrap();
+    pgqueuer::verify(&mut client).unwrap();
+}
+
+#[test]
+fn durability_levels_set_table_persistence() {
+    let db = TestDb::empty();
+    let mut client = db.client();
+    let settings = Settings {
+        durability: pgqueuer::Durability::Balanced,
+        ..Settings::default()
+    };
+    upgrade_with(&mut client, &settings).unwrap();
+    let facts = describe_with(&mut client, &settings).unwrap();
+    for (table, p) in [
+        ("pgqueuer", "p"),
+        ("pgqueuer_schedules", "p"),
+        ("pgqueuer_log", "u"),
+        ("pgqueuer_statistics", "u"),
+    ] {
+        let line = format!("table {table} persistence={p}");
+        assert!(facts.contains(&line), "{line} missing");
+    }
+}
