@@ -68,3 +68,78 @@ impl fmt::Display for Status {
         f.write_str(self.as_str())
     }
 }
+
+/// A job as stored in the queue table (a claimed row, or one read back for inspection).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// The job's id.
+    pub id: JobId,
+    /// Higher runs sooner.
+    pub priority: i32,
+    /// The worker that holds the job while it is picked.
+    pub queue_manager_id: Option<uuid::Uuid>,
+    /// When the job was enqueued.
+    pub created: std::time::SystemTime,
+    /// When the row last changed state.
+    pub updated: std::time::SystemTime,
+    /// The last heartbeat of the worker running it.
+    pub heartbeat: std::time::SystemTime,
+    /// The earliest time the job may run.
+    pub execute_after: std::time::SystemTime,
+    /// Its status in the queue table (`queued`, `picked` or `failed`).
+    pub status: Status,
+    /// The handler name.
+    pub entrypoint: String,
+    /// The deduplication key, if any.
+    pub dedupe_key: Option<String>,
+    /// The payload bytes, exactly as enqueued (`None` when enqueued without one).
+    pub payload: Option<Vec<u8>>,
+    /// Headers as a JSON value. Python writes JSON `null` when there are none; both SQL
+    /// NULL and JSON `null` read back as `None`.
+    pub headers: Option<serde_json::Value>,
+    /// How many times the job was requeued by a retry.
+    pub attempts: i32,
+    /// The capacity seat held while picked under a concurrency limit.
+    pub slot: Option<i64>,
+}
+
+impl Job {
+    /// The column list a statement must return for [`Job::from_row`] (by name, so the
+    /// column order of an upgraded table does not matter).
+    pub(crate) const COLUMNS: &'static str = "id, priority, queue_manager_id, created, updated, heartbeat, \
+         execute_after, status::text AS status, entrypoint, dedupe_key, payload, headers, attempts, slot";
+
+    /// Reads a row returned with [`Job::COLUMNS`] (optionally prefixed by a table alias).
+    pub(crate) fn from_row(row: &postgres::Row) -> crate::Result<Job> {
+        let status: String = row.try_get("status")?;
+        let headers: Option<serde_json::Value> = row.try_get("headers")?;
+        Ok(Job {
+            id: row.try_get("id")?,
+            priority: row.try_get("priority")?,
+            queue_manager_id: row.try_get("queue_manager_id")?,
+            created: row.try_get("created")?,
+            updated: row.try_get("updated")?,
+            heartbeat: row.try_get("heartbeat")?,
+            execute_after: row.try_get("execute_after")?,
+            status: Status::parse(&status).ok_or_else(|| {
+                crate::Error::invalid(
+                    "status",
+                    format!("unknown job status {status:?} in the queue table"),
+                )
+            })?,
+            entrypoint: row.try_get("entrypoint")?,
+            dedupe_key: row.try_get("dedupe_key")?,
+            payload: row.try_get("payload")?,
+            headers: headers.filter(|h| !h.is_null()),
+            attempts: row.try_get("attempts")?,
+            slot: row.try_get("slot")?,
+        })
+    }
+
+    /// The payload as UTF-8 text, if it is some and valid UTF-8.
+    pub fn payload_str(&self) -> Option<&str> {
+        self.payload
+            .as_deref()
+            .and_then(|p| std::str::from_utf8(p).ok())
+    }
+}

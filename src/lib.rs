@@ -24,7 +24,7 @@ pub mod sqlstate;
 
 pub use connect::{Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_with};
 pub use error::{Error, Result};
-pub use job::{JobId, Status};
+pub use job::{Job, JobId, Status};
 pub use schema::{
     UpgradeReport, describe_with, uninstall, uninstall_with, upgrade, upgrade_sql, upgrade_with,
     verify, verify_with,

@@ -25,7 +25,10 @@ fn an_unknown_database_is_named_with_the_server_message() {
 #[test]
 fn an_unparsable_dsn_is_a_config_error() {
     let err = pgqueuer::connect("postgres://u@h/db?bogus_option=1").unwrap_err();
-    assert!(matches!(err, pgqueuer::Error::ConnectionConfig(_)), "{err:?}");
+    assert!(
+        matches!(err, pgqueuer::Error::ConnectionConfig(_)),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("bogus_option"), "{err}");
 }
 
