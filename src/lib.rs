@@ -9,11 +9,13 @@
 //! ```no_run
 //! # fn main() -> Result<(), pgqueuer::Error> {
 //! let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
-//! pgqueuer::upgrade(&mut pool.get()?)?;
+//! let mut conn = pool.get()?;
+//! pgqueuer::upgrade(&mut conn)?;
 //! # Ok(())
 //! # }
 //! ```
 
+mod claim;
 mod connect;
 mod error;
 mod job;
@@ -22,6 +24,7 @@ mod settings;
 mod sql;
 pub mod sqlstate;
 
+pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
 pub use connect::{Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_with};
 pub use error::{Error, Result};
 pub use job::{Job, JobId, Status};

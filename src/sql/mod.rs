@@ -12,6 +12,8 @@ pub(crate) const ADVISORY_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 /// The schema unqualified names resolve to.
 pub(crate) const CURRENT_SCHEMA: &str = "SELECT current_schema()::text";
 
+pub(crate) mod claim;
+
 const CATALOG: &str = include_str!("catalog.sql");
 
 /// The catalog description query for `schema` (a validated identifier).

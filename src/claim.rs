@@ -1,0 +1,447 @@
+//! The slot-claiming dequeue as a public, low-level API.
+//!
+//! A [`Claimer`] claims jobs for one worker identity: fresh queued jobs (highest priority
+//! first, then oldest) and stale picked ones (heartbeat older than the timeout), in one
+//! statement. Every fresh claim of an entrypoint with a concurrency limit takes a numbered
+//! seat in `0..limit`; the partial unique index `<queue>_picked_slot_idx` rejects a second
+//! holder of a seat even when the first claim is not yet visible, and the loser's claim
+//! comes back empty ([`Claim::lost_race`]). [`crate::Worker`] is built on this; use it
+//! directly to write your own loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::connect::Conn;
+use crate::error::{Error, Result};
+use crate::job::{Job, JobId, Status};
+use crate::settings::Settings;
+use crate::sql::claim::{self as sql, ClaimSql};
+use crate::sqlstate::{self, ErrorKind};
+
+/// The outcome of one claim.
+#[derive(Debug, Default)]
+pub struct Claim {
+    /// The claimed jobs, highest priority first, then lowest id.
+    pub jobs: Vec<Job>,
+    /// True when the claim lost a race and eligible work may remain, so the caller should
+    /// claim again soon rather than wait: it lost a capacity seat to a concurrent claim
+    /// (the batch is then empty), was a deadlock victim, or found candidates of a limited
+    /// entrypoint locked or taken by a concurrent claim (it may then hold fewer jobs
+    /// than it could have).
+    pub lost_race: bool,
+}
+
+/// How a claimed job ended, for [`Claimer::complete`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The job.
+    pub id: JobId,
+    /// `Successful`, `Exception` or `Canceled` delete the row; `Failed` holds it.
+    pub status: Status,
+    /// The traceback JSON for the log row (see PgQueuer's `TracebackRecord`).
+    pub traceback: Option<serde_json::Value>,
+}
+
+/// Statements shared by every claimer of the same settings.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) claim: ClaimSql,
+    pub(crate) complete: String,
+    pub(crate) heartbeat: String,
+    pub(crate) retry: String,
+    pub(crate) next_due: String,
+    pub(crate) owned: String,
+    pub(crate) slot_index: String,
+}
+
+impl Statements {
+    pub(crate) fn new(settings: &Settings) -> Result<Statements> {
+        settings.validate()?;
+        Ok(Statements {
+            claim: ClaimSql::new(settings),
+            complete: sql::queue_complete_many(settings),
+            heartbeat: sql::queue_heartbeat_many(settings),
+            retry: sql::queue_retry(settings),
+            next_due: sql::queue_next_due(settings),
+            owned: sql::queue_owned(settings),
+            slot_index: settings.slot_index_name(),
+        })
+    }
+}
+
+/// Builds a [`Claimer`].
+#[derive(Debug, Clone)]
+pub struct ClaimerBuilder {
+    settings: Settings,
+    entrypoints: Vec<(String, i64)>,
+    worker_id: Uuid,
+    max_concurrent_tasks: Option<i64>,
+    heartbeat_timeout: Duration,
+}
+
+impl ClaimerBuilder {
+    /// Claims jobs of `name`; at most `concurrency_limit` of them may be picked at once
+    /// across every worker (0 = unlimited).
+    #[must_use]
+    pub fn entrypoint(mut self, name: &str, concurrency_limit: u32) -> Self {
+        self.entrypoints
+            .push((name.to_owned(), i64::from(concurrency_limit)));
+        self
+    }
+
+    /// The worker identity written to `queue_manager_id`. Defaults to a fresh UUID v4.
+    #[must_use]
+    pub fn worker_id(mut self, id: Uuid) -> Self {
+        self.worker_id = id;
+        self
+    }
+
+    /// At most this many jobs held by this worker at once (PgQueuer's
+    /// `max_concurrent_tasks`). Defaults to no limit.
+    #[must_use]
+    pub fn max_concurrent_tasks(mut self, n: u32) -> Self {
+        self.max_concurrent_tasks = (n > 0).then_some(i64::from(n));
+        self
+    }
+
+    /// A picked job whose heartbeat is older than this is stale and may be re-picked.
+    /// Defaults to 30 s, as PgQueuer.
+    #[must_use]
+    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
+        self.heartbeat_timeout = timeout;
+        self
+    }
+
+    /// Validates and renders the statements.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for no entrypoint, an empty or repeated entrypoint name, or
+    /// a zero heartbeat timeout; [`Error::InvalidSetting`] for bad settings.
+    pub fn build(self) -> Result<Claimer> {
+        if self.entrypoints.is_empty() {
+            return Err(Error::invalid(
+                "entrypoints",
+                "a claimer needs at least one entrypoint",
+            ));
+        }
+        for (i, (name, _)) in self.entrypoints.iter().enumerate() {
+            if name.is_empty() {
+                return Err(Error::invalid("entrypoint", "the name must not be empty"));
+            }
+            if self.entrypoints[..i].iter().any(|(n, _)| n == name) {
+                return Err(Error::invalid(
+                    "entrypoint",
+                    format!("{name:?} is registered twice"),
+                ));
+            }
+        }
+        let timeout_us = i64::try_from(self.heartbeat_timeout.as_micros()).unwrap_or(i64::MAX);
+        if timeout_us <= 0 {
+            return Err(Error::invalid("heartbeat_timeout", "must be positive"));
+        }
+        let statements = Arc::new(Statements::new(&self.settings)?);
+        Ok(Claimer::from_parts(
+            statements,
+            &self.entrypoints,
+            self.worker_id,
+            self.max_concurrent_tasks,
+            timeout_us,
+        ))
+    }
+}
+
+/// Claims and ends jobs for one worker identity. Cheap to clone; `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct Claimer {
+    statements: Arc<Statements>,
+    names: Vec<String>,
+    limits: Vec<i64>,
+    capacity_gated: bool,
+    worker_id: Uuid,
+    budget: Option<i64>,
+    heartbeat_timeout_us: i64,
+}
+
+impl Claimer {
+    /// A builder with PgQueuer's default names.
+    pub fn builder() -> ClaimerBuilder {
+        Self::builder_with(Settings::default())
+    }
+
+    /// A builder for non-default names.
+    pub fn builder_with(settings: Settings) -> ClaimerBuilder {
+        ClaimerBuilder {
+            settings,
+            entrypoints: Vec::new(),
+            worker_id: Uuid::new_v4(),
+            max_concurrent_tasks: None,
+            heartbeat_timeout: Duration::from_secs(30),
+        }
+    }
+
+    pub(crate) fn from_parts(
+        statements: Arc<Statements>,
+        entrypoints: &[(String, i64)],
+        worker_id: Uuid,
+        budget: Option<i64>,
+        heartbeat_timeout_us: i64,
+    ) -> Claimer {
+        Claimer {
+            statements,
+            names: entrypoints.iter().map(|(n, _)| n.clone()).collect(),
+            limits: entrypoints.iter().map(|(_, l)| *l).collect(),
+            capacity_gated: entrypoints.iter().any(|(_, l)| *l > 0),
+            worker_id,
+            budget,
+            heartbeat_timeout_us,
+        }
+    }
+
+    /// This claimer's worker id (`queue_manager_id` of the rows it claims).
+    pub fn worker_id(&self) -> Uuid {
+        self.worker_id
+    }
+
+    /// The claim statement this claimer runs (for inspection and `EXPLAIN`).
+    pub fn claim_sql(&self) -> &str {
+        self.statements
+            .claim
+            .get(self.capacity_gated, self.budget.is_some())
+    }
+
+    /// Claims up to `batch_size` jobs on a pooled connection, with the statement prepared
+    /// once per connection. Runs in autocommit: the claim is committed when this returns.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a zero `batch_size`; [`Error::Db`] for any database
+    /// error other than a lost seat race or deadlock (which give an empty [`Claim`]).
+    pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
+        let statement = conn.prepare_cached(self.claim_sql())?;
+        self.run_claim(conn.client(), &statement, batch_size)
+    }
+
+    /// Claims up to `batch_size` jobs through any client, e.g. inside the caller's
+    /// transaction (the claim then commits or rolls back with it). After a lost race the
+    /// transaction is aborted and must be rolled back.
+    ///
+    /// # Errors
+    /// As [`Claimer::claim`].
+    pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
+        let sql = self.claim_sql().to_owned();
+        self.run_claim(client, &sql, batch_size)
+    }
+
+    fn run_claim<C, T>(&self, client: &mut C, statement: &T, batch_size: usize) -> Result<Claim>
+    where
+        C: GenericClient,
+        T: postgres::ToStatement + ?Sized,
+    {
+        let batch = i32::try_from(batch_size)
+            .ok()
+            .filter(|b| *b > 0)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "batch_size",
+                    format!("{batch_size} is not in 1..=2147483647"),
+                )
+            })?;
+        let result = match (self.capacity_gated, self.budget) {
+            (false, None) => client.query(
+                statement,
+                &[
+                    &batch,
+                    &self.names,
+                    &self.worker_id,
+                    &self.heartbeat_timeout_us,
+                ],
+            ),
+            (false, Some(b)) => client.query(
+                statement,
+                &[
+                    &batch,
+                    &self.names,
+                    &self.worker_id,
+                    &self.heartbeat_timeout_us,
+                    &b,
+                ],
+            ),
+            (true, None) => client.query(
+                statement,
+                &[
+                    &batch,
+                    &self.names,
+                    &self.worker_id,
+                    &self.heartbeat_timeout_us,
+                    &self.limits,
+                ],
+            ),
+            (true, Some(b)) => client.query(
+                statement,
+                &[
+                    &batch,
+                    &self.names,
+                    &self.worker_id,
+                    &self.heartbeat_timeout_us,
+                    &self.limits,
+                    &b,
+                ],
+            ),
+        };
+        match result {
+            Ok(rows) => {
+                let mut claim = Claim::default();
+                for row in &rows {
+                    if self.capacity_gated {
+                        let contended: i64 = row.try_get("contended")?;
+                        claim.lost_race |= contended > 0;
+                        if row.try_get::<_, Option<JobId>>("id")?.is_none() {
+                            continue;
+                        }
+                    }
+                    claim.jobs.push(Job::from_row(row)?);
+                }
+                Ok(claim)
+            }
+            Err(e) => match sqlstate::classify(&e, &self.statements.slot_index) {
+                kind @ (ErrorKind::LostSlotRace | ErrorKind::Deadlock) => {
+                    log::trace!("claim lost a race ({kind:?}); reporting an empty batch");
+                    Ok(Claim {
+                        jobs: Vec::new(),
+                        lost_race: true,
+                    })
+                }
+                _ => Err(Error::Db(e)),
+            },
+        }
+    }
+
+    /// Ends claimed jobs in one statement: deletes them (or holds `Failed` ones) and logs
+    /// each outcome, but only for rows this worker still owns (a job re-picked elsewhere
+    /// after a missed heartbeat is left to its new owner). Returns the ids that were
+    /// still owned and got their log row.
+    ///
+    /// A row briefly locked by a concurrent claim is not waited for (that could deadlock
+    /// against the claim's seat check); it is retried a millisecond later, so every owned
+    /// row is ended before this returns.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a non-terminal status; [`Error::Db`] otherwise.
+    pub fn complete(&self, conn: &mut Conn, outcomes: &[Outcome]) -> Result<Vec<JobId>> {
+        for o in outcomes {
+            if matches!(o.status, Status::Queued | Status::Picked) {
+                return Err(Error::invalid(
+                    "status",
+                    format!("{} is not an outcome of a job", o.status),
+                ));
+            }
+        }
+        let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
+        let statement = conn.prepare_cached(&self.statements.complete)?;
+        self.until_owned_done(conn, &ids, |conn, pending| {
+            let chosen: Vec<&Outcome> = outcomes
+                .iter()
+                .filter(|o| pending.contains(&o.id))
+                .collect();
+            let ids: Vec<JobId> = chosen.iter().map(|o| o.id).collect();
+            let statuses: Vec<&str> = chosen.iter().map(|o| o.status.as_str()).collect();
+            let tracebacks: Vec<Option<String>> = chosen
+                .iter()
+                .map(|o| o.traceback.as_ref().map(serde_json::Value::to_string))
+                .collect();
+            conn.query(&statement, &[&ids, &statuses, &tracebacks, &self.worker_id])
+        })
+    }
+
+    /// Refreshes the heartbeat of these jobs where this worker still owns them, in one
+    /// statement (retrying rows a concurrent claim held for a moment). Returns the ids
+    /// refreshed.
+    ///
+    /// # Errors
+    /// [`Error::Db`].
+    pub fn heartbeat(&self, conn: &mut Conn, ids: &[JobId]) -> Result<Vec<JobId>> {
+        let statement = conn.prepare_cached(&self.statements.heartbeat)?;
+        self.until_owned_done(conn, ids, |conn, pending| {
+            conn.query(&statement, &[&pending, &self.worker_id])
+        })
+    }
+
+    /// Puts a job this worker owns back in the queue after `delay`, counting the attempt
+    /// and logging `queued` with `traceback`. Returns false when the job was no longer
+    /// owned by this worker.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a delay too large for an interval; [`Error::Db`].
+    pub fn retry(
+        &self,
+        conn: &mut Conn,
+        id: JobId,
+        delay: Duration,
+        traceback: &serde_json::Value,
+    ) -> Result<bool> {
+        let delay_us = i64::try_from(delay.as_micros()).map_err(|_| {
+            Error::invalid("retry delay", format!("{delay:?} does not fit an interval"))
+        })?;
+        let statement = conn.prepare_cached(&self.statements.retry)?;
+        let traceback = traceback.to_string();
+        let done = self.until_owned_done(conn, &[id], |conn, _| {
+            conn.query(&statement, &[&id, &delay_us, &traceback, &self.worker_id])
+        })?;
+        Ok(!done.is_empty())
+    }
+
+    /// Runs `step` on the pending ids (each run returns the ids it handled) until none of
+    /// them is still owned by this worker. Deadlock victims are retried like skipped rows.
+    fn until_owned_done<F>(&self, conn: &mut Conn, ids: &[JobId], mut step: F) -> Result<Vec<JobId>>
+    where
+        F: FnMut(&mut Conn, &[JobId]) -> Result<Vec<postgres::Row>, postgres::Error>,
+    {
+        const GIVE_UP: Duration = Duration::from_secs(30);
+        let mut done = Vec::with_capacity(ids.len());
+        let mut pending = ids.to_vec();
+        let started = std::time::Instant::now();
+        let owned = conn.prepare_cached(&self.statements.owned)?;
+        while !pending.is_empty() {
+            match step(conn, &pending) {
+                Ok(rows) => {
+                    let handled: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
+                    pending.retain(|id| !handled.contains(id));
+                    done.extend(handled);
+                }
+                Err(e) if sqlstate::classify(&e, "") == ErrorKind::Deadlock => {
+                    log::debug!("ending claims was a deadlock victim; retrying");
+                }
+                Err(e) => return Err(Error::Db(e)),
+            }
+            if pending.is_empty() {
+                break;
+            }
+            pending = conn
+                .query(&owned, &[&pending, &self.worker_id])?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            if started.elapsed() > GIVE_UP {
+                return Err(Error::Timeout(GIVE_UP));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(done)
+    }
+
+    /// How long until the earliest queued job of this claimer's entrypoints is due:
+    /// `None` when none is queued, zero when one is due now.
+    ///
+    /// # Errors
+    /// [`Error::Db`].
+    pub fn next_due(&self, conn: &mut Conn) -> Result<Option<Duration>> {
+        let statement = conn.prepare_cached(&self.statements.next_due)?;
+        let us: Option<i64> = conn.query_one(&statement, &[&self.names])?.get(0);
+        Ok(us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+    }
+}

@@ -1,0 +1,318 @@
+//! The slot-claiming dequeue and the statements that end a claim (complete, heartbeat,
+//! retry), rendered once per [`Settings`].
+//!
+//! The claim comes in four shapes: with or without capacity gating (does any entrypoint
+//! of this worker carry a `concurrency_limit`?) times with or without a per-worker budget
+//! (`max_concurrent_tasks`). The ungated shape contains no capacity machinery at all.
+//!
+//! Bind parameters of every shape: `$1` batch size (int4), `$2` entrypoints (text[]),
+//! `$3` worker id (uuid), `$4` heartbeat timeout in microseconds (int8); then `$5` limits
+//! (int8[], aligned with `$2`) when capacity-gated; then the budget (int8) as the next
+//! parameter when budget-gated.
+
+use crate::job::Job;
+use crate::settings::Settings;
+
+/// The four rendered shapes of the claim statement.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimSql {
+    /// Indexed by `[capacity_gated as usize][budget_gated as usize]`.
+    shapes: [[String; 2]; 2],
+}
+
+impl ClaimSql {
+    pub(crate) fn new(s: &Settings) -> ClaimSql {
+        let shape = |gated, budget| queue_claim(s, gated, budget);
+        ClaimSql {
+            shapes: [
+                [shape(false, false), shape(false, true)],
+                [shape(true, false), shape(true, true)],
+            ],
+        }
+    }
+
+    pub(crate) fn get(&self, capacity_gated: bool, budget_gated: bool) -> &str {
+        &self.shapes[usize::from(capacity_gated)][usize::from(budget_gated)]
+    }
+}
+
+/// Renders one shape of the claim statement.
+pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let budget_param = if capacity_gated { "$6" } else { "$5" };
+    let fresh = "status = 'queued' AND execute_after < NOW()";
+    // The per-worker budget: no new claim at all once this worker holds `budget` jobs.
+    let budget_ok = if budget_gated {
+        format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
+    } else {
+        String::new()
+    };
+    let mut ctes: Vec<String> = Vec::new();
+    if capacity_gated {
+        ctes.push("params AS (\n    SELECT UNNEST($2::text[]) AS entrypoint, UNNEST($5::bigint[]) AS concurrency_limit\n)".into());
+        // Fleet-wide holders per entrypoint; a row is held exactly while it has an owner.
+        ctes.push(format!(
+            "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
+             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL\n    GROUP BY entrypoint\n)"
+        ));
+        ctes.push(
+            "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
+             CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
+             FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
+             WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit\n)"
+                .into(),
+        );
+    } else {
+        ctes.push("available AS (\n    SELECT UNNEST($2::text[]) AS entrypoint\n)".into());
+    }
+    if budget_gated {
+        ctes.push(format!(
+            "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
+             GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
+             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[])\n)"
+        ));
+    }
+    if capacity_gated {
+        ctes.push(format!(
+            "unlimited_claims AS (\n    SELECT c.id, c.priority, c.entrypoint FROM available a\n    \
+             CROSS JOIN LATERAL (\n        SELECT id, priority, entrypoint FROM {queue}\n        \
+             WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+             ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
+             WHERE a.remaining IS NULL{budget_ok}\n)"
+        ));
+        // The window of candidates is fixed before any lock is taken, so SKIP LOCKED
+        // cannot slide past rows another worker is claiming right now.
+        ctes.push(format!(
+            "limited_window AS (\n    SELECT w.id FROM available a\n    \
+             CROSS JOIN LATERAL (\n        SELECT id FROM {queue}\n        \
+             WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+             ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n    ) w\n    \
+             WHERE a.remaining IS NOT NULL{budget_ok}\n)"
+        ));
+        // Windowed candidates that could not be locked (another claim holds or took
+        // them) are kept with a NULL id, so the statement can report contention.
+        ctes.push(format!(
+            "limited_attempts AS (\n    SELECT w.id AS window_id, t.id, t.priority, t.entrypoint FROM limited_window w\n    \
+             LEFT JOIN LATERAL (\n        SELECT target.id, target.priority, target.entrypoint FROM {queue} target\n        \
+             WHERE target.id = w.id AND target.{fresh}\n        \
+             FOR UPDATE OF target SKIP LOCKED\n    ) t ON TRUE\n)"
+        ));
+        ctes.push(
+            "limited_claims AS (\n    SELECT id, priority, entrypoint FROM limited_attempts WHERE id IS NOT NULL\n)".into(),
+        );
+        ctes.push(
+            "next_queued AS (\n    SELECT id, priority, entrypoint FROM (\n        \
+             SELECT id, priority, entrypoint FROM unlimited_claims\n        UNION ALL\n        \
+             SELECT id, priority, entrypoint FROM limited_claims\n    ) u\n    \
+             ORDER BY priority DESC, id ASC LIMIT $1::int\n)"
+                .into(),
+        );
+    } else {
+        ctes.push(format!(
+            "next_queued AS (\n    SELECT c.id, c.priority, c.entrypoint FROM available a\n    \
+             CROSS JOIN LATERAL (\n        SELECT id, priority, entrypoint FROM {queue}\n        \
+             WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+             ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
+             WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
+        ));
+    }
+    // Stale re-picks are never gated by the limit: the row already holds its seat.
+    ctes.push(format!(
+        "next_stale AS (\n    SELECT id, priority, entrypoint FROM {queue}\n    \
+         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
+         AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
+         AND execute_after < NOW(){budget_ok}\n    \
+         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
+    ));
+    let eligible_limit = if budget_gated {
+        "(SELECT headroom FROM worker_load)"
+    } else {
+        "$1::int"
+    };
+    ctes.push(format!(
+        "eligible AS (\n    SELECT id, priority, entrypoint, fresh FROM (\n        \
+         SELECT id, priority, entrypoint, TRUE AS fresh FROM next_queued\n        UNION ALL\n        \
+         SELECT id, priority, entrypoint, FALSE AS fresh FROM next_stale\n    ) u\n    \
+         ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
+    ));
+    if capacity_gated {
+        // Seats 0..held+take-1 minus the seats visibly held: at least `take` are free,
+        // and the search never depends on the size of the limit itself.
+        ctes.push(format!(
+            "free_slots AS (\n    SELECT a.entrypoint, s.slot,\n           \
+             ROW_NUMBER() OVER (PARTITION BY a.entrypoint ORDER BY s.slot) AS rank\n    \
+             FROM available a\n    \
+             CROSS JOIN LATERAL generate_series(0::bigint, (a.concurrency_limit - a.remaining) + LEAST($1::int, a.remaining) - 1) AS s(slot)\n    \
+             WHERE a.remaining IS NOT NULL\n      \
+             AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
+             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot\n      )\n)"
+        ));
+        ctes.push(
+            "slot_assignments AS (\n    SELECT r.id, f.slot FROM (\n        \
+             SELECT id, entrypoint, ROW_NUMBER() OVER (PARTITION BY entrypoint ORDER BY priority DESC, id ASC) AS rank\n        \
+             FROM eligible WHERE fresh\n    ) r\n    \
+             JOIN free_slots f ON f.entrypoint = r.entrypoint AND f.rank = r.rank\n)"
+                .into(),
+        );
+        ctes.push(format!(
+            "claimed AS (\n    UPDATE {queue} job\n    \
+             SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid,\n        \
+             slot = CASE WHEN e.fresh THEN sa.slot ELSE job.slot END\n    \
+             FROM eligible e\n    \
+             LEFT JOIN slot_assignments sa ON sa.id = e.id\n    \
+             LEFT JOIN params p ON p.entrypoint = e.entrypoint\n    \
+             WHERE job.id = ANY(ARRAY(SELECT id FROM eligible)) AND job.id = e.id\n      \
+             AND (NOT e.fresh OR p.concurrency_limit <= 0 OR sa.slot IS NOT NULL)\n    \
+             RETURNING job.*\n)"
+        ));
+    } else {
+        ctes.push(format!(
+            "claimed AS (\n    UPDATE {queue}\n    \
+             SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid\n    \
+             WHERE id = ANY(ARRAY(SELECT id FROM eligible))\n    RETURNING *\n)"
+        ));
+    }
+    ctes.push(format!(
+        "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
+         SELECT id, status, entrypoint, priority FROM claimed\n)"
+    ));
+    if capacity_gated {
+        // One row at least: `contended` counts windowed candidates another claim locked
+        // or took first, so the caller can tell "lost a race, retry now" from "nothing
+        // to do". With no claimed job the row's job columns are NULL.
+        ctes.push(
+            "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended FROM limited_attempts\n)".into(),
+        );
+        format!(
+            "WITH\n{}\nSELECT {}, contention.contended FROM contention LEFT JOIN claimed ON TRUE \
+             ORDER BY priority DESC, id ASC",
+            ctes.join(",\n"),
+            Job::COLUMNS
+        )
+    } else {
+        format!(
+            "WITH\n{}\nSELECT {} FROM claimed ORDER BY priority DESC, id ASC",
+            ctes.join(",\n"),
+            Job::COLUMNS
+        )
+    }
+}
+
+// Statements that end or refresh a claim lock the rows they touch with SKIP LOCKED and
+// never wait for a row lock. A concurrent claim can hold a lock on a row this worker owns
+// (it locked the row when it was still queued in its snapshot, and keeps the lock after
+// the re-check fails) while itself waiting, in the seat index's uniqueness check, for
+// this worker's transaction: waiting here would be a deadlock. Skipped rows are retried a
+// moment later, once that claim has finished.
+
+/// The rows of `$1` (ids) this worker (`$2`) owns, without locking them.
+pub(crate) fn queue_owned(s: &Settings) -> String {
+    format!(
+        "SELECT id FROM {} WHERE id = ANY($1::bigint[]) AND queue_manager_id = $2::uuid",
+        s.qualify(&s.queue_table)
+    )
+}
+
+/// Ends claims: deletes (or, for `failed`, holds) the rows this worker still owns and
+/// writes one log row per row that was still there. `$1` ids, `$2` statuses (text[]),
+/// `$3` tracebacks (text[] of JSON or NULL), `$4` the worker id. Returns the logged ids.
+pub(crate) fn queue_complete_many(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "WITH job_status AS (\n    \
+         SELECT UNNEST($1::bigint[]) AS id, UNNEST($2::text[])::{status} AS status, UNNEST($3::text[])::jsonb AS traceback\n),\n\
+         owned AS (\n    SELECT id FROM {queue}\n    \
+         WHERE id IN (SELECT id FROM job_status) AND queue_manager_id = $4::uuid\n    \
+         FOR UPDATE SKIP LOCKED\n),\n\
+         deleted AS (\n    DELETE FROM {queue}\n    \
+         WHERE id IN (SELECT js.id FROM job_status js JOIN owned o ON o.id = js.id WHERE js.status <> 'failed')\n    \
+         RETURNING id, entrypoint, priority\n),\n\
+         held AS (\n    UPDATE {queue} SET status = 'failed', updated = NOW(), queue_manager_id = NULL\n    \
+         WHERE id IN (SELECT js.id FROM job_status js JOIN owned o ON o.id = js.id WHERE js.status = 'failed')\n    \
+         RETURNING id, entrypoint, priority\n)\n\
+         INSERT INTO {log} (job_id, status, entrypoint, priority, traceback)\n\
+         SELECT js.id, js.status, m.entrypoint, m.priority, js.traceback\n\
+         FROM job_status js JOIN (SELECT * FROM deleted UNION ALL SELECT * FROM held) m ON m.id = js.id\n\
+         RETURNING job_id"
+    )
+}
+
+/// Refreshes the heartbeat of the rows this worker owns. `$1` ids, `$2` the worker id.
+/// Returns the refreshed ids.
+pub(crate) fn queue_heartbeat_many(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    format!(
+        "UPDATE {queue} SET heartbeat = NOW() WHERE id IN (\n    \
+         SELECT id FROM {queue} WHERE id = ANY($1::bigint[]) AND queue_manager_id = $2::uuid\n    \
+         FOR UPDATE SKIP LOCKED\n) RETURNING id"
+    )
+}
+
+/// Requeues one job this worker owns after a delay, counting the attempt, with a
+/// `queued` log row carrying the reason. `$1` id, `$2` delay in microseconds, `$3`
+/// traceback JSON text, `$4` the worker id. Returns the id when the row was changed.
+pub(crate) fn queue_retry(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    format!(
+        "WITH owned AS (\n    SELECT id FROM {queue} WHERE id = $1::bigint AND queue_manager_id = $4::uuid\n    \
+         FOR UPDATE SKIP LOCKED\n),\n\
+         retry AS (\n    UPDATE {queue}\n    \
+         SET status = 'queued', execute_after = NOW() + $2::bigint * INTERVAL '1 microsecond',\n        \
+         attempts = attempts + 1, updated = NOW(), queue_manager_id = NULL\n    \
+         WHERE id IN (SELECT id FROM owned)\n    \
+         RETURNING id, entrypoint, priority\n)\n\
+         INSERT INTO {log} (job_id, status, entrypoint, priority, traceback)\n\
+         SELECT id, 'queued', entrypoint, priority, $3::text::jsonb FROM retry\n\
+         RETURNING job_id"
+    )
+}
+
+/// Time until the earliest deferred job of these entrypoints is due, in microseconds
+/// (NULL when none). `$1` entrypoints.
+pub(crate) fn queue_next_due(s: &Settings) -> String {
+    format!(
+        "SELECT (EXTRACT(EPOCH FROM MIN(execute_after) - NOW()) * 1000000)::bigint FROM {} \
+         WHERE status = 'queued' AND entrypoint = ANY($1::text[])",
+        s.qualify(&s.queue_table)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ungated_shape_has_no_capacity_machinery() {
+        let sql = queue_claim(&Settings::default(), false, false);
+        // `slot` is only read back with the row, never computed or written.
+        let body = sql.split("\nSELECT id, priority").next().unwrap();
+        for word in ["slot", "params", "limited", "contention", "$5", "worker_load"] {
+            assert!(!body.contains(word), "ungated shape mentions {word}:\n{sql}");
+        }
+        for word in ["free_slots", "slot =", "contended"] {
+            assert!(!sql.contains(word), "ungated shape mentions {word}:\n{sql}");
+        }
+    }
+
+    #[test]
+    fn shapes_bind_the_documented_parameters() {
+        let s = Settings::default();
+        assert!(queue_claim(&s, true, false).contains("$5::bigint[]"));
+        assert!(!queue_claim(&s, true, false).contains("$6"));
+        assert!(queue_claim(&s, true, true).contains("$6::bigint"));
+        assert!(queue_claim(&s, false, true).contains("$5::bigint - COUNT(*)"));
+    }
+
+    #[test]
+    fn names_follow_settings() {
+        let s = Settings::with_prefix("app_").schema("myq");
+        let sql = queue_claim(&s, true, true);
+        assert!(sql.contains("myq.app_pgqueuer "));
+        assert!(sql.contains("INSERT INTO myq.app_pgqueuer_log "));
+        assert!(!sql.contains(" pgqueuer "));
+    }
+}

@@ -1,0 +1,597 @@
+//! The slot-claiming dequeue: order, seats, races, stale re-picks, bounded seat search,
+//! and a multi-connection stress run whose limits are checked by a running-handler count.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pgqueuer::postgres::{Client, NoTls};
+use pgqueuer::{Claimer, Outcome, Status};
+
+use crate::harness::TestDb;
+
+/// Inserts `count` queued jobs of `entrypoint` at `priority` with plain SQL; returns ids.
+pub fn insert_jobs(client: &mut Client, entrypoint: &str, priority: i32, count: i64) -> Vec<i64> {
+    client
+        .query(
+            "INSERT INTO pgqueuer (priority, entrypoint, payload, status) \
+             SELECT $1, $2, convert_to(g::text, 'UTF8'), 'queued' FROM generate_series(1, $3::bigint) g RETURNING id",
+            &[&priority, &entrypoint, &count],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn success(ids: impl IntoIterator<Item = i64>) -> Vec<Outcome> {
+    ids.into_iter()
+        .map(|id| Outcome {
+            id,
+            status: Status::Successful,
+            traceback: None,
+        })
+        .collect()
+}
+
+fn scalar(client: &mut Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).unwrap().get(0)
+}
+
+#[test]
+fn claims_in_priority_then_id_order_and_logs_picks() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let low = insert_jobs(&mut client, "a", 0, 2);
+    let high = insert_jobs(&mut client, "b", 5, 2);
+    insert_jobs(&mut client, "other", 9, 1);
+    let pool = db.pool(1);
+    let claimer = Claimer::builder()
+        .entrypoint("a", 0)
+        .entrypoint("b", 0)
+        .build()
+        .unwrap();
+    let claim = claimer.claim(&mut pool.get().unwrap(), 3).unwrap();
+    let ids: Vec<i64> = claim.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [high[0], high[1], low[0]]);
+    for job in &claim.jobs {
+        assert_eq!(job.status, Status::Picked);
+        assert_eq!(job.queue_manager_id, Some(claimer.worker_id()));
+        assert_eq!(job.slot, None, "unlimited entrypoints take no seat");
+    }
+    assert_eq!(
+        scalar(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_log WHERE status = 'picked'"
+        ),
+        3
+    );
+    assert_eq!(
+        scalar(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'other' AND status = 'queued'"
+        ),
+        1
+    );
+    let done = claimer
+        .complete(&mut pool.get().unwrap(), &success(ids.clone()))
+        .unwrap();
+    assert_eq!(done.len(), 3);
+    assert_eq!(
+        scalar(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+        ),
+        3
+    );
+    assert_eq!(scalar(&mut client, "SELECT count(*) FROM pgqueuer"), 2);
+}
+
+#[test]
+fn limited_claims_take_the_lowest_free_seats() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let ids = insert_jobs(&mut client, "pdf", 0, 4);
+    let pool = db.pool(1);
+    let claimer = Claimer::builder().entrypoint("pdf", 3).build().unwrap();
+    let mut conn = pool.get().unwrap();
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    let seats: Vec<Option<i64>> = claim.jobs.iter().map(|j| j.slot).collect();
+    assert_eq!(seats, [Some(0), Some(1), Some(2)]);
+    assert!(
+        claimer.claim(&mut conn, 10).unwrap().jobs.is_empty(),
+        "the limit is full"
+    );
+    // Finishing the job in seat 0 frees that seat for the fourth job.
+    claimer.complete(&mut conn, &success([ids[0]])).unwrap();
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    assert_eq!(claim.jobs.len(), 1);
+    assert_eq!((claim.jobs[0].id, claim.jobs[0].slot), (ids[3], Some(0)));
+}
+
+/// Worker A claims the last seat inside an open transaction; B sees nothing until A
+/// rolls back, and nothing after A commits.
+#[test]
+fn a_claim_in_flight_blocks_the_last_seat() {
+    for commit in [true, false] {
+        let db = TestDb::new();
+        let mut setup = db.client();
+        let ids = insert_jobs(&mut setup, "one", 0, 1);
+        let a = Claimer::builder().entrypoint("one", 1).build().unwrap();
+        let b = Claimer::builder().entrypoint("one", 1).build().unwrap();
+        let mut a_client = db.client();
+        let mut tx = a_client.transaction().unwrap();
+        assert_eq!(a.claim_in(&mut tx, 1).unwrap().jobs.len(), 1);
+        let pool = db.pool(1);
+        assert!(
+            b.claim(&mut pool.get().unwrap(), 1)
+                .unwrap()
+                .jobs
+                .is_empty(),
+            "B while A is in flight"
+        );
+        if commit {
+            tx.commit().unwrap();
+            assert!(
+                b.claim(&mut pool.get().unwrap(), 1)
+                    .unwrap()
+                    .jobs
+                    .is_empty(),
+                "B after A committed"
+            );
+        } else {
+            tx.rollback().unwrap();
+            let claim = b.claim(&mut pool.get().unwrap(), 1).unwrap();
+            assert_eq!(
+                claim.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+                ids,
+                "B after A rolled back"
+            );
+        }
+    }
+}
+
+/// The race counting alone cannot stop: while A's claim is uncommitted, a higher-priority
+/// job arrives; B's count still sees a free seat and claims it, but the seat index makes
+/// B wait for A and then lose (empty batch), so the limit holds.
+#[test]
+fn a_higher_priority_arrival_cannot_overshoot_the_limit() {
+    for commit in [true, false] {
+        let db = TestDb::new();
+        let mut setup = db.client();
+        insert_jobs(&mut setup, "one", 0, 1);
+        let a = Claimer::builder().entrypoint("one", 1).build().unwrap();
+        let b = Claimer::builder().entrypoint("one", 1).build().unwrap();
+        let mut a_client = db.client();
+        let mut tx = a_client.transaction().unwrap();
+        assert_eq!(a.claim_in(&mut tx, 1).unwrap().jobs[0].slot, Some(0));
+        let urgent = insert_jobs(&mut setup, "one", 100, 1)[0];
+        let pool = db.pool(1);
+        let b_thread = {
+            let pool = pool.clone();
+            std::thread::spawn(move || b.claim(&mut pool.get().unwrap(), 1).unwrap())
+        };
+        // B must be waiting on A's seat, not finished.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !b_thread.is_finished(),
+            "B should wait for A's uncommitted seat"
+        );
+        if commit {
+            tx.commit().unwrap();
+            let claim = b_thread.join().unwrap();
+            assert!(
+                claim.jobs.is_empty() && claim.lost_race,
+                "B must lose the seat race: {claim:?}"
+            );
+            assert_eq!(
+                scalar(
+                    &mut setup,
+                    "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
+                ),
+                1
+            );
+        } else {
+            tx.rollback().unwrap();
+            let claim = b_thread.join().unwrap();
+            assert_eq!(claim.jobs.len(), 1);
+            assert_eq!((claim.jobs[0].id, claim.jobs[0].slot), (urgent, Some(0)));
+        }
+    }
+}
+
+#[test]
+fn a_stale_repick_keeps_its_seat_and_ignores_a_full_limit() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(1);
+    let ids = insert_jobs(&mut client, "one", 0, 2);
+    let dead = Claimer::builder().entrypoint("one", 2).build().unwrap();
+    let claim = dead.claim(&mut pool.get().unwrap(), 2).unwrap();
+    assert_eq!(
+        claim.jobs.iter().map(|j| j.slot).collect::<Vec<_>>(),
+        [Some(0), Some(1)]
+    );
+    // The first worker dies: its heartbeats stop.
+    client
+        .execute(
+            "UPDATE pgqueuer SET heartbeat = NOW() - INTERVAL '1 hour' WHERE id = $1",
+            &[&ids[1]],
+        )
+        .unwrap();
+    let rescuer = Claimer::builder()
+        .entrypoint("one", 2)
+        .heartbeat_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let claim = rescuer.claim(&mut pool.get().unwrap(), 5).unwrap();
+    assert_eq!(claim.jobs.len(), 1, "only the stale job is re-picked");
+    let job = &claim.jobs[0];
+    assert_eq!(
+        (job.id, job.slot, job.queue_manager_id),
+        (ids[1], Some(1), Some(rescuer.worker_id()))
+    );
+    // The dead worker can no longer finish the job it lost.
+    assert!(
+        dead.complete(&mut pool.get().unwrap(), &success([ids[1]]))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        rescuer
+            .complete(&mut pool.get().unwrap(), &success([ids[1]]))
+            .unwrap(),
+        [ids[1]]
+    );
+}
+
+#[test]
+fn rows_picked_before_slots_existed_count_toward_the_limit_and_drain() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(1);
+    let legacy: Vec<i64> = client
+        .query(
+            "INSERT INTO pgqueuer (priority, entrypoint, status, queue_manager_id, slot) \
+             SELECT 0, 'two', 'picked', gen_random_uuid(), NULL FROM generate_series(1, 2) RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    insert_jobs(&mut client, "two", 0, 3);
+    let claimer = Claimer::builder().entrypoint("two", 2).build().unwrap();
+    let mut conn = pool.get().unwrap();
+    assert!(
+        claimer.claim(&mut conn, 5).unwrap().jobs.is_empty(),
+        "two seatless holders fill limit 2"
+    );
+    client
+        .execute("DELETE FROM pgqueuer WHERE id = $1", &[&legacy[0]])
+        .unwrap();
+    let first = claimer.claim(&mut conn, 5).unwrap();
+    assert_eq!(
+        first.jobs.iter().map(|j| j.slot).collect::<Vec<_>>(),
+        [Some(0)]
+    );
+    client
+        .execute("DELETE FROM pgqueuer WHERE id = $1", &[&legacy[1]])
+        .unwrap();
+    let second = claimer.claim(&mut conn, 5).unwrap();
+    assert_eq!(
+        second.jobs.iter().map(|j| j.slot).collect::<Vec<_>>(),
+        [Some(1)]
+    );
+}
+
+#[test]
+fn a_unique_violation_on_another_index_is_an_error() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute("CREATE UNIQUE INDEX one_picked_per_entrypoint ON pgqueuer (entrypoint) WHERE status = 'picked'")
+        .unwrap();
+    insert_jobs(&mut client, "x", 0, 2);
+    let pool = db.pool(1);
+    let claimer = Claimer::builder().entrypoint("x", 5).build().unwrap();
+    let err = claimer.claim(&mut pool.get().unwrap(), 2).unwrap_err();
+    assert_eq!(
+        err.sqlstate(),
+        Some(&pgqueuer::postgres::error::SqlState::UNIQUE_VIOLATION)
+    );
+    assert!(
+        err.to_string().contains("one_picked_per_entrypoint"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_claimer_options_are_rejected() {
+    assert!(
+        Claimer::builder()
+            .build()
+            .unwrap_err()
+            .to_string()
+            .contains("entrypoint")
+    );
+    let err = Claimer::builder()
+        .entrypoint("a", 0)
+        .entrypoint("a", 1)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+    let err = Claimer::builder()
+        .entrypoint("a", 0)
+        .heartbeat_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("heartbeat_timeout"), "{err}");
+    let db = TestDb::new();
+    let pool = db.pool(1);
+    let claimer = Claimer::builder().entrypoint("a", 0).build().unwrap();
+    let err = claimer.claim(&mut pool.get().unwrap(), 0).unwrap_err();
+    assert!(err.to_string().contains("batch_size"), "{err}");
+}
+
+#[test]
+fn the_budget_caps_what_one_worker_holds() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    insert_jobs(&mut client, "a", 0, 10);
+    let pool = db.pool(1);
+    let claimer = Claimer::builder()
+        .entrypoint("a", 0)
+        .max_concurrent_tasks(4)
+        .build()
+        .unwrap();
+    let mut conn = pool.get().unwrap();
+    assert_eq!(claimer.claim(&mut conn, 3).unwrap().jobs.len(), 3);
+    assert_eq!(claimer.claim(&mut conn, 3).unwrap().jobs.len(), 1);
+    assert_eq!(claimer.claim(&mut conn, 3).unwrap().jobs.len(), 0);
+}
+
+/// Rows produced by the seat search (`generate_series`) in the claim's actual plan.
+fn seat_rows(
+    client: &mut Client,
+    claimer: &Claimer,
+    batch: i32,
+    ep: &str,
+    limit: i64,
+) -> (i64, usize) {
+    let names = vec![ep.to_owned()];
+    let limits = vec![limit];
+    let worker = claimer.worker_id();
+    let timeout: i64 = 30_000_000;
+    let mut tx = client.transaction().unwrap();
+    let plan: serde_json::Value = tx
+        .query_one(
+            &format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", claimer.claim_sql()),
+            &[&batch, &names, &worker, &timeout, &limits],
+        )
+        .unwrap()
+        .get(0);
+    tx.rollback().unwrap();
+    fn walk(node: &serde_json::Value, seats: &mut i64, nodes: &mut usize) {
+        *nodes += 1;
+        if node["Function Name"] == "generate_series" {
+            *seats +=
+                node["Actual Rows"].as_i64().unwrap() * node["Actual Loops"].as_i64().unwrap();
+        }
+        if let Some(children) = node["Plans"].as_array() {
+            for child in children {
+                walk(child, seats, nodes);
+            }
+        }
+    }
+    let (mut seats, mut nodes) = (0, 0);
+    walk(&plan[0]["Plan"], &mut seats, &mut nodes);
+    (seats, nodes)
+}
+
+/// Limits 10 and 5,000 search the same number of seats (held + take), so a claim costs
+/// the same whatever the limit.
+#[test]
+fn the_seat_search_is_bounded_by_held_plus_take() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let mut results = Vec::new();
+    for (ep, limit) in [("ten", 10u32), ("many", 5000)] {
+        insert_jobs(&mut client, ep, 0, 30);
+        let pool = db.pool(1);
+        let holder = Claimer::builder().entrypoint(ep, limit).build().unwrap();
+        assert_eq!(
+            holder
+                .claim(&mut pool.get().unwrap(), 5)
+                .unwrap()
+                .jobs
+                .len(),
+            5
+        );
+        let claimer = Claimer::builder().entrypoint(ep, limit).build().unwrap();
+        results.push(seat_rows(&mut client, &claimer, 3, ep, i64::from(limit)));
+    }
+    assert_eq!(results[0].0, 5 + 3, "limit 10: seats searched");
+    assert_eq!(
+        results[0], results[1],
+        "limit 10 vs 5000: (seats searched, plan nodes)"
+    );
+}
+
+/// Tiny deterministic PRNG for the stress test (xorshift).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// 8 threads, each with its own connection, claim and complete 20,000 jobs over limits
+/// 1, 3, 7 and unlimited while a producer injects more; running handlers per entrypoint
+/// never exceed the limit and every job completes exactly once.
+#[test]
+fn stress_limits_hold_and_every_job_runs_once() {
+    const THREADS: usize = 8;
+    const TOTAL: i64 = 20_000;
+    const UPFRONT: i64 = 12_000;
+    let entrypoints: [(&str, u32); 4] = [("l1", 1), ("l3", 3), ("l7", 7), ("free", 0)];
+    let db = TestDb::new();
+    let mut setup = db.client();
+    setup
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET synchronous_commit = off",
+            db.name
+        ))
+        .unwrap();
+    // Unlimited entrypoints drain fastest; give them most of the jobs so the run is short.
+    let share = |ep: &str| match ep {
+        "free" => 55,
+        "l7" => 25,
+        "l3" => 13,
+        _ => 7,
+    };
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let enqueue = |client: &mut Client, n: i64, rng: &mut Rng| {
+        for (ep, _) in entrypoints {
+            let count = n * share(ep) / 100;
+            let priority = i32::try_from(rng.next() % 10).unwrap();
+            insert_jobs(client, ep, priority, count);
+        }
+    };
+    enqueue(&mut setup, UPFRONT, &mut rng);
+    let upfront: i64 = scalar(&mut setup, "SELECT count(*) FROM pgqueuer");
+
+    let running: Arc<HashMap<&str, (AtomicI64, AtomicI64)>> = Arc::new(
+        entrypoints
+            .iter()
+            .map(|(ep, _)| (*ep, (AtomicI64::new(0), AtomicI64::new(0))))
+            .collect(),
+    );
+    let completed = Arc::new(Mutex::new(Vec::<i64>::with_capacity(TOTAL as usize)));
+    let producing = Arc::new(AtomicBool::new(true));
+    let enqueued = Arc::new(AtomicUsize::new(usize::try_from(upfront).unwrap()));
+    let pool = db.pool(THREADS as u32);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        {
+            let (producing, enqueued, config) = (producing.clone(), enqueued.clone(), db.config());
+            scope.spawn(move || {
+                let mut client = config.connect(NoTls).unwrap();
+                let mut rng = Rng(42);
+                for _ in 0..16 {
+                    std::thread::sleep(Duration::from_millis(50));
+                    enqueue(&mut client, (TOTAL - UPFRONT) / 16, &mut rng);
+                    let n: i64 = entrypoints
+                        .iter()
+                        .map(|(ep, _)| (TOTAL - UPFRONT) / 16 * share(ep) / 100)
+                        .sum();
+                    enqueued.fetch_add(usize::try_from(n).unwrap(), Ordering::SeqCst);
+                }
+                producing.store(false, Ordering::SeqCst);
+            });
+        }
+        for t in 0..THREADS {
+            let (pool, running, completed, producing, enqueued) = (
+                pool.clone(),
+                running.clone(),
+                completed.clone(),
+                producing.clone(),
+                enqueued.clone(),
+            );
+            scope.spawn(move || {
+                let mut builder = Claimer::builder();
+                for (ep, limit) in entrypoints {
+                    builder = builder.entrypoint(ep, limit);
+                }
+                let claimer = builder.build().unwrap();
+                let mut conn = pool.get().unwrap();
+                loop {
+                    let claim = claimer.claim(&mut conn, 1 + t % 4).unwrap();
+                    if claim.jobs.is_empty() {
+                        let done = completed.lock().unwrap().len();
+                        if !producing.load(Ordering::SeqCst)
+                            && done >= enqueued.load(Ordering::SeqCst)
+                        {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    let mut finished = Vec::with_capacity(claim.jobs.len());
+                    for job in &claim.jobs {
+                        let limit = entrypoints
+                            .iter()
+                            .find(|(ep, _)| *ep == job.entrypoint)
+                            .unwrap()
+                            .1;
+                        let (now, max) = &running[job.entrypoint.as_str()];
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        max.fetch_max(n, Ordering::SeqCst);
+                        if limit > 0 {
+                            assert!(
+                                n <= i64::from(limit),
+                                "{} running {n} > limit {limit}",
+                                job.entrypoint
+                            );
+                        }
+                        // Work long enough for handlers of one entrypoint to overlap.
+                        std::thread::sleep(Duration::from_micros(300));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        finished.push(job.id);
+                    }
+                    let logged = claimer
+                        .complete(&mut conn, &success(finished.clone()))
+                        .unwrap();
+                    assert_eq!(
+                        logged.len(),
+                        finished.len(),
+                        "a claimed job was no longer ours"
+                    );
+                    completed.lock().unwrap().extend(logged);
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    let mut done = completed.lock().unwrap().clone();
+    let total = enqueued.load(Ordering::SeqCst);
+    assert!(
+        total >= usize::try_from(TOTAL).unwrap() - 100,
+        "only {total} jobs enqueued"
+    );
+    done.sort_unstable();
+    let before_dedup = done.len();
+    done.dedup();
+    assert_eq!(before_dedup, done.len(), "a job completed twice");
+    assert_eq!(done.len(), total, "every job completes");
+    assert_eq!(scalar(&mut setup, "SELECT count(*) FROM pgqueuer"), 0);
+    assert_eq!(
+        scalar(
+            &mut setup,
+            "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+        ),
+        i64::try_from(total).unwrap()
+    );
+    for (ep, limit) in entrypoints {
+        let max = running[ep].1.load(Ordering::SeqCst);
+        eprintln!("stress: {ep} limit {limit} max running {max}");
+        if limit > 0 {
+            assert!(max <= i64::from(limit));
+        }
+    }
+    // The checker saw real overlap, so it could have caught an overshoot.
+    assert_eq!(running["l1"].1.load(Ordering::SeqCst), 1);
+    assert!(
+        running["l3"].1.load(Ordering::SeqCst) >= 2,
+        "no overlap seen on l3"
+    );
+    assert!(
+        running["l7"].1.load(Ordering::SeqCst) >= 3,
+        "no overlap seen on l7"
+    );
+    eprintln!("stress: {total} jobs in {elapsed:?}");
+}
