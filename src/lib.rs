@@ -16,7 +16,9 @@
 
 mod connect;
 mod error;
+pub mod events;
 mod job;
+mod queue;
 mod schema;
 mod settings;
 mod sql;
@@ -25,6 +27,7 @@ pub mod sqlstate;
 pub use connect::{Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_with};
 pub use error::{Error, Result};
 pub use job::{Job, JobId, Status};
+pub use queue::{NewJob, OnConflict, Queue, QueueSize};
 pub use schema::{
     UpgradeReport, describe_with, uninstall, uninstall_with, upgrade, upgrade_sql, upgrade_with,
     verify, verify_with,
