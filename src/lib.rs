@@ -8,11 +8,28 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgqueuer::Error> {
+//! use std::time::Duration;
+//! use pgqueuer::{NewJob, Queue};
+//!
 //! let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
-//! pgqueuer::upgrade(&mut pool.get()?)?;
+//! pgqueuer::upgrade(pool.get()?.client())?;
+//!
+//! let queue = Queue::new(pool);
+//! let id = queue.enqueue(NewJob::new("email", b"hello".to_vec()).priority(5))?;
+//! let statuses = queue.wait_for(&[id], Duration::from_secs(30))?;
+//! # let _ = statuses;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Producing
+//!
+//! [`Queue`] enqueues [`NewJob`]s one at a time or in batches of any size, each batch one
+//! statement that also writes the jobs' `queued` log rows; the `_in` variants run inside
+//! the caller's transaction, so a job exists only if that transaction commits.
+//! [`OnConflict`] says what a dedupe key held by a queued or picked job does. The same
+//! type cancels, inspects, clears and requeues jobs and waits for them to finish. The
+//! NOTIFY payloads shared with Python are in [`events`].
 
 mod connect;
 mod error;

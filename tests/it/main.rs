@@ -5,4 +5,6 @@
 
 mod connect;
 mod harness;
+mod proxy;
+mod queue;
 mod schema;
