@@ -364,7 +364,6 @@ impl Queue {
     ) -> Result<JobId> {
         let ids = self.insert(
             client,
-            None,
             Conflict::Raise,
             std::slice::from_ref(job.borrow()),
             true,
@@ -384,7 +383,7 @@ impl Queue {
         client: &mut C,
         jobs: &[NewJob],
     ) -> Result<Vec<JobId>> {
-        all_ids(self.insert(client, None, Conflict::Raise, jobs, false)?)
+        all_ids(self.insert(client, Conflict::Raise, jobs, false)?)
     }
 
     /// Enqueues a batch through `client` with a choice of what a held dedupe key does
@@ -398,7 +397,7 @@ impl Queue {
         jobs: &[NewJob],
         on_conflict: OnConflict,
     ) -> Result<Vec<Option<JobId>>> {
-        self.insert(client, None, on_conflict.conflict(), jobs, false)
+        self.insert(client, on_conflict.conflict(), jobs, false)
     }
 
     /// Cancels jobs: each queued or picked one among `ids` is deleted and logged
@@ -626,12 +625,11 @@ impl Queue {
         self.run_insert(conn.client(), Some(&statement), conflict, jobs, &columns)
     }
 
-    /// Enqueues through any client: with `statement` when given (prepared on that
-    /// client), else as a one-round-trip typed query.
+    /// Enqueues through the caller's client as a one-round-trip typed query (a caller's
+    /// client has no statement cache to prepare into).
     fn insert<C: GenericClient>(
         &self,
         client: &mut C,
-        statement: Option<&Statement>,
         conflict: Conflict,
         jobs: &[NewJob],
         single: bool,
@@ -640,9 +638,11 @@ impl Queue {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        self.run_insert(client, statement, conflict, jobs, &columns)
+        self.run_insert(client, None, conflict, jobs, &columns)
     }
 
+    /// Runs the insert with `statement` when given (prepared on `client`), else as a
+    /// typed query, and puts each returned id at its input position.
     fn run_insert<C: GenericClient>(
         &self,
         client: &mut C,

@@ -69,9 +69,11 @@ impl QueueSql {
             log_select_latest: log_select_latest(s),
             listen: format!("LISTEN {}", quote_identifier(&s.channel)),
             channel: s.channel.clone(),
-            queue_table: s.queue_table.clone(),
-            dedupe_index: format!("{}_unique_dedupe_key", s.queue_table),
-            slot_index: s.slot_index_name(),
+            // The DDL names objects unquoted, so PostgreSQL folds them to lower case; the
+            // trigger's table name and the index names in errors come back folded.
+            queue_table: s.queue_table.to_ascii_lowercase(),
+            dedupe_index: format!("{}_unique_dedupe_key", s.queue_table).to_ascii_lowercase(),
+            slot_index: s.slot_index_name().to_ascii_lowercase(),
         }
     }
 
@@ -300,6 +302,17 @@ mod tests {
             "ON CONFLICT (dedupe_key) WHERE ((status = ANY (ARRAY['queued'::pgqueuer_status, \
              'picked'::pgqueuer_status])) AND (dedupe_key IS NOT NULL)) DO NOTHING"
         ));
+    }
+
+    #[test]
+    fn names_reported_by_the_server_are_folded() {
+        let s = Settings {
+            queue_table: "MyJobs".into(),
+            ..Settings::default()
+        };
+        let sql = QueueSql::new(&s);
+        assert_eq!(sql.dedupe_index, "myjobs_unique_dedupe_key");
+        assert_eq!(sql.queue_table, "myjobs");
     }
 
     #[test]
