@@ -81,6 +81,11 @@ pub enum Error {
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),
 
+    /// The database answered in a shape this crate does not expect: a row it must return
+    /// is missing, or a value cannot be read (a bug, or the schema was changed underneath).
+    #[error("unexpected answer from the database: {0}")]
+    Unexpected(String),
+
     /// The worker stopped because of a failure of its own machinery (not of a handler).
     #[error("worker failed: {0}")]
     Worker(String),

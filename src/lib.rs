@@ -8,17 +8,35 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgqueuer::Error> {
+//! use std::time::Duration;
+//! use pgqueuer::{NewJob, Queue};
+//!
 //! let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
-//! let mut conn = pool.get()?;
-//! pgqueuer::upgrade(&mut conn)?;
+//! pgqueuer::upgrade(pool.get()?.client())?;
+//!
+//! let queue = Queue::new(pool);
+//! let id = queue.enqueue(NewJob::new("email", b"hello".to_vec()).priority(5))?;
+//! let statuses = queue.wait_for(&[id], Duration::from_secs(30))?;
+//! # let _ = statuses;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Producing
+//!
+//! [`Queue`] enqueues [`NewJob`]s one at a time or in batches of any size, each batch one
+//! statement that also writes the jobs' `queued` log rows; the `_in` variants run inside
+//! the caller's transaction, so a job exists only if that transaction commits.
+//! [`OnConflict`] says what a dedupe key held by a queued or picked job does. The same
+//! type cancels, inspects, clears and requeues jobs and waits for them to finish. The
+//! NOTIFY payloads shared with Python are in [`events`].
 
 mod claim;
 mod connect;
 mod error;
+pub mod events;
 mod job;
+mod queue;
 mod schema;
 mod settings;
 mod sql;
@@ -28,6 +46,7 @@ pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
 pub use connect::{Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_with};
 pub use error::{Error, Result};
 pub use job::{Job, JobId, Status};
+pub use queue::{NewJob, OnConflict, Queue, QueueSize};
 pub use schema::{
     UpgradeReport, describe_with, uninstall, uninstall_with, upgrade, upgrade_sql, upgrade_with,
     verify, verify_with,

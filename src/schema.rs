@@ -55,7 +55,7 @@ const MIGRATIONS: [(&str, &str); 9] = [
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpgradeReport {
     /// The catalog facts that changed, each `+ fact` (now present) or `- fact` (gone), in
-    /// the form of [`describe`]. Empty when the schema was already up to date.
+    /// the form of [`describe_with`]. Empty when the schema was already up to date.
     pub changes: Vec<String>,
 }
 

@@ -290,8 +290,18 @@ mod tests {
         let sql = queue_claim(&Settings::default(), false, false);
         // `slot` is only read back with the row, never computed or written.
         let body = sql.split("\nSELECT id, priority").next().unwrap();
-        for word in ["slot", "params", "limited", "contention", "$5", "worker_load"] {
-            assert!(!body.contains(word), "ungated shape mentions {word}:\n{sql}");
+        for word in [
+            "slot",
+            "params",
+            "limited",
+            "contention",
+            "$5",
+            "worker_load",
+        ] {
+            assert!(
+                !body.contains(word),
+                "ungated shape mentions {word}:\n{sql}"
+            );
         }
         for word in ["free_slots", "slot =", "contended"] {
             assert!(!sql.contains(word), "ungated shape mentions {word}:\n{sql}");

@@ -6,4 +6,6 @@
 mod claim;
 mod connect;
 mod harness;
+mod proxy;
+mod queue;
 mod schema;
