@@ -360,7 +360,7 @@ fn now_micros() -> SystemTime {
 
 /// How a timestamp is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TimeStyle {
+pub(crate) enum TimeStyle {
     /// PostgreSQL's JSON rendering of a timestamptz in a UTC session: fraction without
     /// trailing zeros (none when zero), `+00:00`.
     Postgres,
@@ -371,7 +371,7 @@ enum TimeStyle {
 const SECS_PER_DAY: i64 = 86_400;
 
 /// Writes `t` (truncated to the microsecond) in UTC.
-fn format_time(t: SystemTime, style: TimeStyle) -> String {
+pub(crate) fn format_time(t: SystemTime, style: TimeStyle) -> String {
     let (secs, micros) = match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => (
             i64::try_from(d.as_secs()).unwrap_or(i64::MAX),

@@ -41,6 +41,7 @@ mod schema;
 mod settings;
 mod sql;
 pub mod sqlstate;
+mod worker;
 
 pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
 pub use connect::{Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_with};
@@ -52,8 +53,17 @@ pub use schema::{
     verify, verify_with,
 };
 pub use settings::{Durability, Settings};
+pub use worker::{
+    BoxError, Context, EntrypointOptions, HandlerResult, JobError, OnFailure, Retry, RetryPolicy,
+    RunSummary, RunningWorker, ShutdownHandle, Worker, WorkerBuilder,
+};
 
 /// Re-exported so users need not match versions by hand.
 pub use postgres;
 /// Re-exported so users need not match versions by hand.
 pub use r2d2;
+
+/// The README's examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

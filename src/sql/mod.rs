@@ -96,3 +96,16 @@ pub(crate) fn uninstall(s: &Settings) -> String {
         status = q(&s.queue_status_type),
     )
 }
+
+/// Quotes a validated name as an SQL identifier (for `LISTEN`, which takes no parameter).
+pub(crate) fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `LISTEN` on a channel.
+pub(crate) fn channel_listen(channel: &str) -> String {
+    format!("LISTEN {}", quote_identifier(channel))
+}
+
+/// Sends one notification: `$1` channel, `$2` payload.
+pub(crate) const CHANNEL_NOTIFY: &str = "SELECT pg_notify($1::text, $2::text)";

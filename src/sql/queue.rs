@@ -4,6 +4,7 @@
 //! Bind parameters are typed arrays; every multi-row change is one statement whose
 //! data-modifying CTEs write the queue row and its log row together, as PgQueuer does.
 
+use super::quote_identifier;
 use crate::job::Job;
 use crate::settings::Settings;
 
@@ -90,11 +91,6 @@ impl QueueSql {
 /// Sends one notification per element of `$2` on the channel `$1`, in one statement.
 pub(crate) const CHANNEL_NOTIFY_MANY: &str =
     "SELECT pg_notify($1::text, payload) FROM unnest($2::text[]) AS payload";
-
-/// `"name"` with embedded quotes doubled.
-fn quote_identifier(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
 
 /// Inserts a batch of jobs given as parallel arrays, and their `queued` log rows, in one
 /// statement; returns `(ord, id)` for every input position that got a job, in input order.

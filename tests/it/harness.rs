@@ -267,6 +267,7 @@ impl TestDb {
     }
 
     fn create(template: &str) -> TestDb {
+        let _ = env_logger::builder().is_test(true).try_init();
         let server = server();
         let mut admin = server.admin();
         let name = unique_name("db");

@@ -9,3 +9,4 @@ mod harness;
 mod proxy;
 mod queue;
 mod schema;
+mod worker;

@@ -1,0 +1,209 @@
+//! A configurable worker process: entrypoints with limits and simulated work time,
+//! thread count, batch size, drain or continuous mode, SIGINT/SIGTERM for a clean stop.
+//!
+//! Run: `cargo run --example worker -- --entrypoint email --entrypoint pdf:2:50 --threads 8`
+//!
+//! Options:
+//!   --dsn DSN                 connection (default: PGQUEUER_DSN, DATABASE_URL, PG* variables)
+//!   --entrypoint NAME[:LIMIT[:MILLIS]]   handle NAME, at most LIMIT at once (0 = no limit),
+//!                             each job sleeping MILLIS (repeatable; default `default:0:0`)
+//!   --threads N               executor threads (default 4)
+//!   --batch N                 most jobs per claim (default 10)
+//!   --heartbeat-timeout SECS  (default 30)
+//!   --dequeue-timeout SECS    (default 30)
+//!   --enqueue N               enqueue N jobs spread over the entrypoints first
+//!   --drain                   stop when the queue is empty (default: run until signalled)
+//!   --record                  record each run in table `pgqueuer_example_runs`
+//!                             (job_id, entrypoint, started, finished, pid) for checks
+//!   --quiet                   no progress lines
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
+
+struct Options {
+    dsn: String,
+    entrypoints: Vec<(String, u32, u64)>,
+    threads: usize,
+    batch: usize,
+    heartbeat_timeout: f64,
+    dequeue_timeout: f64,
+    enqueue: usize,
+    drain: bool,
+    record: bool,
+    quiet: bool,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut o = Options {
+        dsn: String::new(),
+        entrypoints: Vec::new(),
+        threads: 4,
+        batch: 10,
+        heartbeat_timeout: 30.0,
+        dequeue_timeout: 30.0,
+        enqueue: 0,
+        drain: false,
+        record: false,
+        quiet: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+        let number = |v: String, what: &str| {
+            v.parse::<f64>()
+                .map_err(|_| format!("{what}: {v:?} is not a number"))
+        };
+        match arg.as_str() {
+            "--dsn" => o.dsn = value()?,
+            "--entrypoint" => {
+                let spec = value()?;
+                let mut parts = spec.split(':');
+                let name = parts.next().unwrap_or_default().to_owned();
+                let limit = parts
+                    .next()
+                    .unwrap_or("0")
+                    .parse()
+                    .map_err(|_| format!("bad limit in {spec:?}"))?;
+                let millis = parts
+                    .next()
+                    .unwrap_or("0")
+                    .parse()
+                    .map_err(|_| format!("bad millis in {spec:?}"))?;
+                o.entrypoints.push((name, limit, millis));
+            }
+            "--threads" => o.threads = number(value()?, "--threads")? as usize,
+            "--batch" => o.batch = number(value()?, "--batch")? as usize,
+            "--heartbeat-timeout" => o.heartbeat_timeout = number(value()?, "--heartbeat-timeout")?,
+            "--dequeue-timeout" => o.dequeue_timeout = number(value()?, "--dequeue-timeout")?,
+            "--enqueue" => o.enqueue = number(value()?, "--enqueue")? as usize,
+            "--drain" => o.drain = true,
+            "--record" => o.record = true,
+            "--quiet" => o.quiet = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if o.entrypoints.is_empty() {
+        o.entrypoints.push(("default".into(), 0, 0));
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let options = match parse() {
+        Ok(o) => o,
+        Err(message) => {
+            eprintln!(
+                "{message}\nusage: worker [--dsn DSN] [--entrypoint NAME[:LIMIT[:MILLIS]]]... [--threads N] [--batch N] [--enqueue N] [--drain] [--record] [--quiet]"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(o: &Options) -> Result<(), pgqueuer::Error> {
+    let connect = pgqueuer::ConnectOptions {
+        max_size: u32::try_from(o.threads)
+            .unwrap_or(u32::MAX)
+            .saturating_add(3),
+        ..Default::default()
+    };
+    let pool = pgqueuer::connect_with(&o.dsn, &connect)?;
+    pgqueuer::upgrade(pool.get()?.client())?;
+    if o.record {
+        pool.get()?.batch_execute(
+            "CREATE TABLE IF NOT EXISTS pgqueuer_example_runs (
+                 job_id bigint NOT NULL, entrypoint text NOT NULL,
+                 started timestamptz NOT NULL, finished timestamptz NOT NULL, pid int NOT NULL)",
+        )?;
+    }
+    if o.enqueue > 0 {
+        let queue = Queue::new(pool.clone());
+        let jobs: Vec<NewJob> = (0..o.enqueue)
+            .map(|i| {
+                NewJob::new(
+                    o.entrypoints[i % o.entrypoints.len()].0.clone(),
+                    i.to_string().into_bytes(),
+                )
+            })
+            .collect();
+        for chunk in jobs.chunks(5_000) {
+            queue.enqueue_many(chunk)?;
+        }
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let mut builder = Worker::builder(pool.clone())
+        .threads(o.threads)
+        .batch_size(o.batch)
+        .heartbeat_timeout(Duration::from_secs_f64(o.heartbeat_timeout))
+        .dequeue_timeout(Duration::from_secs_f64(o.dequeue_timeout));
+    for (name, limit, millis) in &o.entrypoints {
+        let (done, pool, record, millis) = (done.clone(), pool.clone(), o.record, *millis);
+        builder = builder.entrypoint_with(name, EntrypointOptions::new().concurrency_limit(*limit), move |job, ctx| {
+            let started = std::time::SystemTime::now();
+            let until = Instant::now() + Duration::from_millis(millis);
+            while Instant::now() < until && !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(millis.min(10)));
+            }
+            if record {
+                pool.get()?.execute(
+                    "INSERT INTO pgqueuer_example_runs VALUES ($1, $2, $3, clock_timestamp(), pg_backend_pid())",
+                    &[&job.id, &job.entrypoint, &started],
+                )?;
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
+    }
+    let worker = builder.build()?;
+    let stop = worker.shutdown_handle();
+    ctrlc::set_handler(move || stop.shutdown())
+        .map_err(|e| pgqueuer::Error::Worker(format!("cannot install the signal handler: {e}")))?;
+    if !o.quiet {
+        println!(
+            "worker {} running {:?} with {} threads",
+            worker.id(),
+            o.entrypoints,
+            o.threads
+        );
+    }
+    let started = Instant::now();
+    let stopped = std::sync::atomic::AtomicBool::new(false);
+    let summary = std::thread::scope(|scope| {
+        if !o.quiet {
+            scope.spawn(|| {
+                while !stopped.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    let n = done.load(Ordering::Relaxed);
+                    println!(
+                        "  {n} jobs done ({:.0}/s)",
+                        n as f64 / started.elapsed().as_secs_f64()
+                    );
+                }
+            });
+        }
+        let summary = if o.drain {
+            worker.run_until_empty()
+        } else {
+            worker.run()
+        };
+        stopped.store(true, Ordering::Relaxed);
+        summary
+    })?;
+    if !o.quiet {
+        println!("stopped after {:.1?}: {summary:?}", started.elapsed());
+    }
+    Ok(())
+}

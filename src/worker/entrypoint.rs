@@ -1,0 +1,391 @@
+//! What a worker runs: handlers, their options, and what a handler may return.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::job::{Job, JobId};
+
+/// What a handler returns: `Ok(())` for success, or a [`JobError`].
+pub type HandlerResult = std::result::Result<(), JobError>;
+
+/// A boxed error a handler failed with.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// The shared form of a handler.
+pub(crate) type Handler = Arc<dyn Fn(&Job, &Context<'_>) -> HandlerResult + Send + Sync + 'static>;
+
+/// Why a handler did not succeed.
+///
+/// Any error converts into [`JobError::Failed`] with `?`; [`Retry`] converts into
+/// [`JobError::Retry`].
+pub enum JobError {
+    /// The job failed. It is recorded as `exception` (deleted) or, with
+    /// [`OnFailure::Hold`], as `failed` (kept for inspection and requeue), unless the
+    /// entrypoint's [`RetryPolicy`] retries it first.
+    Failed {
+        /// The error.
+        error: BoxError,
+        /// The error's type, for the log's `exception_type`.
+        type_name: &'static str,
+    },
+    /// Put the job back in the queue to run again later (counted in `attempts`).
+    Retry(Retry),
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobError::Failed { error, type_name } => f
+                .debug_struct("Failed")
+                .field("error", error)
+                .field("type_name", type_name)
+                .finish(),
+            JobError::Retry(retry) => f.debug_tuple("Retry").field(retry).finish(),
+        }
+    }
+}
+
+impl<E> From<E> for JobError
+where
+    E: Into<BoxError>,
+{
+    fn from(error: E) -> Self {
+        let type_name = short_type_name(std::any::type_name::<E>());
+        JobError::Failed {
+            error: error.into(),
+            type_name,
+        }
+    }
+}
+
+impl From<Retry> for JobError {
+    fn from(retry: Retry) -> Self {
+        JobError::Retry(retry)
+    }
+}
+
+/// The last path segment of a type name, generics dropped (`std::io::Error` → `Error`).
+fn short_type_name(full: &'static str) -> &'static str {
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
+}
+
+/// A request to run the job again later. Return it as `Err(Retry::after(d).into())`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    /// How long to wait before the job is eligible again.
+    pub delay: Duration,
+    /// Why, for the log row's traceback.
+    pub reason: Option<String>,
+}
+
+impl Retry {
+    /// Retry after `delay`.
+    pub fn after(delay: Duration) -> Retry {
+        Retry {
+            delay,
+            reason: None,
+        }
+    }
+
+    /// Adds a reason, written to the log.
+    #[must_use]
+    pub fn reason(mut self, reason: impl Into<String>) -> Retry {
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+/// What happens to a job whose handler failed for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// Delete it and log `exception` (PgQueuer's default).
+    #[default]
+    Delete,
+    /// Keep it in the queue table as `failed`, for inspection and `requeue_failed`.
+    Hold,
+}
+
+/// Retries failed jobs in the database with exponential backoff (PgQueuer's
+/// `DatabaseRetryEntrypointExecutor`): a failure of a run with `attempts < max_attempts`
+/// requeues the job after `min(initial × 2^attempts, max_delay)` (± `jitter`); the run at
+/// `attempts == max_attempts` fails for good.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries before the failure is final. Defaults to 5.
+    pub max_attempts: u32,
+    /// Delay before the first retry. Defaults to 1 s.
+    pub initial_delay: Duration,
+    /// Longest delay. Defaults to 5 minutes.
+    pub max_delay: Duration,
+    /// Growth factor per attempt. Defaults to 2.
+    pub multiplier: f64,
+    /// Relative random spread of each delay, 0.0 to 1.0. Defaults to 0.1.
+    pub jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 5,
+            initial_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(300),
+            multiplier: 2.0,
+            jitter: 0.1,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Exponential backoff with these bounds and the default multiplier and jitter.
+    pub fn exponential(max_attempts: u32, initial_delay: Duration, max_delay: Duration) -> Self {
+        RetryPolicy {
+            max_attempts,
+            initial_delay,
+            max_delay,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Sets the jitter (0.0 = none).
+    #[must_use]
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The delay before retrying a run that had `attempts` earlier attempts, or `None`
+    /// when the failure is final. `unit` in `[0, 1)` picks the jitter.
+    pub(crate) fn delay_for(&self, attempts: i32, unit: f64) -> Option<Duration> {
+        let attempts = u32::try_from(attempts).unwrap_or(0);
+        if attempts >= self.max_attempts {
+            return None;
+        }
+        let exponent = i32::try_from(attempts).unwrap_or(i32::MAX);
+        let base = self.initial_delay.as_secs_f64() * self.multiplier.powi(exponent);
+        let capped = base.min(self.max_delay.as_secs_f64());
+        let spread = capped * self.jitter * (2.0 * unit - 1.0);
+        Some(Duration::from_secs_f64((capped + spread).max(0.0)))
+    }
+
+    fn validate(&self, entrypoint: &str) -> Result<()> {
+        let bad = |reason: &str| {
+            Err(Error::invalid(
+                format!("retry policy of {entrypoint:?}"),
+                reason,
+            ))
+        };
+        if !(self.multiplier >= 1.0 && self.multiplier.is_finite()) {
+            return bad("multiplier must be a finite number >= 1");
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return bad("jitter must be between 0 and 1");
+        }
+        if self.initial_delay > self.max_delay {
+            return bad("initial_delay must not exceed max_delay");
+        }
+        Ok(())
+    }
+}
+
+/// Per-entrypoint options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EntrypointOptions {
+    pub(crate) concurrency_limit: u32,
+    pub(crate) on_failure: OnFailure,
+    pub(crate) retry: Option<RetryPolicy>,
+}
+
+impl EntrypointOptions {
+    /// No limit, delete on failure, no retries.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// At most `limit` jobs of this entrypoint picked at once across every worker, Rust
+    /// or Python, that declares the same limit (0 = unlimited). Defaults to 0.
+    #[must_use]
+    pub fn concurrency_limit(mut self, limit: u32) -> Self {
+        self.concurrency_limit = limit;
+        self
+    }
+
+    /// What to do with a job that failed for good. Defaults to [`OnFailure::Delete`].
+    #[must_use]
+    pub fn on_failure(mut self, on_failure: OnFailure) -> Self {
+        self.on_failure = on_failure;
+        self
+    }
+
+    /// Retry failures in the database with this policy. Defaults to no retries.
+    #[must_use]
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+}
+
+/// A registered entrypoint.
+pub(crate) struct Entrypoint {
+    pub(crate) handler: Handler,
+    pub(crate) options: EntrypointOptions,
+}
+
+/// Entrypoints by name, in registration order.
+#[derive(Default)]
+pub(crate) struct Registry {
+    pub(crate) order: Vec<String>,
+    pub(crate) by_name: HashMap<String, Entrypoint>,
+}
+
+impl Registry {
+    pub(crate) fn add(
+        &mut self,
+        name: String,
+        options: EntrypointOptions,
+        handler: Handler,
+    ) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::invalid("entrypoint", "the name must not be empty"));
+        }
+        if self.by_name.contains_key(&name) {
+            return Err(Error::invalid(
+                "entrypoint",
+                format!("{name:?} is registered twice"),
+            ));
+        }
+        if let Some(policy) = &options.retry {
+            policy.validate(&name)?;
+        }
+        self.order.push(name.clone());
+        self.by_name.insert(name, Entrypoint { handler, options });
+        Ok(())
+    }
+
+    /// (name, limit) pairs for the claim statement.
+    pub(crate) fn limits(&self) -> Vec<(String, i64)> {
+        self.order
+            .iter()
+            .map(|n| {
+                (
+                    n.clone(),
+                    i64::from(self.by_name[n].options.concurrency_limit),
+                )
+            })
+            .collect()
+    }
+}
+
+/// What a handler can see besides its job.
+pub struct Context<'a> {
+    pub(crate) job_id: JobId,
+    pub(crate) cancelled: &'a AtomicBool,
+    pub(crate) resources: Option<&'a (dyn Any + Send + Sync)>,
+    pub(crate) worker_id: Uuid,
+}
+
+impl Context<'_> {
+    /// True once the job was cancelled (a `cancellation_event` named it) or the worker's
+    /// shutdown deadline passed. A long handler should check it and return early; its
+    /// return value is then ignored for a cancelled job (the row is already gone).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// The shared resources given to [`crate::WorkerBuilder::resources`], if they are a `T`.
+    pub fn resource<T: Any>(&self) -> Option<&T> {
+        self.resources.and_then(|r| r.downcast_ref::<T>())
+    }
+
+    /// The running job's id.
+    pub fn job_id(&self) -> JobId {
+        self.job_id
+    }
+
+    /// This worker's id (`queue_manager_id`).
+    pub fn worker_id(&self) -> Uuid {
+        self.worker_id
+    }
+}
+
+impl fmt::Debug for Context<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("job_id", &self.job_id)
+            .field("cancelled", &self.is_cancelled())
+            .field("worker_id", &self.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_convert_with_their_type_name() {
+        let parse: std::result::Result<i32, _> = "x".parse::<i32>();
+        let err: JobError = parse.unwrap_err().into();
+        match err {
+            JobError::Failed { type_name, error } => {
+                assert_eq!(type_name, "ParseIntError");
+                assert!(error.to_string().contains("invalid digit"));
+            }
+            JobError::Retry(_) => panic!("not a retry"),
+        }
+        assert!(matches!(
+            JobError::from("plain text"),
+            JobError::Failed { .. }
+        ));
+        assert!(matches!(
+            JobError::from(Retry::after(Duration::from_secs(1))),
+            JobError::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn retry_delays_grow_and_stop() {
+        let p =
+            RetryPolicy::exponential(3, Duration::from_secs(1), Duration::from_secs(3)).jitter(0.0);
+        assert_eq!(p.delay_for(0, 0.5), Some(Duration::from_secs(1)));
+        assert_eq!(p.delay_for(1, 0.5), Some(Duration::from_secs(2)));
+        assert_eq!(p.delay_for(2, 0.5), Some(Duration::from_secs(3)), "capped");
+        assert_eq!(p.delay_for(3, 0.5), None, "final");
+        let j = p.jitter(0.5);
+        let low = j.delay_for(0, 0.0).unwrap();
+        let high = j.delay_for(0, 0.999).unwrap();
+        assert!(low < Duration::from_secs(1) && high > Duration::from_secs(1));
+    }
+
+    #[test]
+    fn bad_policies_and_names_are_rejected() {
+        let handler: Handler = Arc::new(|_, _| Ok(()));
+        let mut r = Registry::default();
+        r.add("a".into(), EntrypointOptions::new(), handler.clone())
+            .unwrap();
+        assert!(
+            r.add("a".into(), EntrypointOptions::new(), handler.clone())
+                .is_err()
+        );
+        assert!(
+            r.add(String::new(), EntrypointOptions::new(), handler.clone())
+                .is_err()
+        );
+        let bad = RetryPolicy {
+            multiplier: 0.5,
+            ..RetryPolicy::default()
+        };
+        let err = r
+            .add("b".into(), EntrypointOptions::new().retry(bad), handler)
+            .unwrap_err();
+        assert!(err.to_string().contains("multiplier"), "{err}");
+    }
+}

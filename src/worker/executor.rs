@@ -1,0 +1,470 @@
+//! The executor thread loop: take a handed-over job or claim, run, pass on the outcome.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{Receiver, Sender, select};
+
+use super::Run;
+use super::completer::Finished;
+use super::entrypoint::{Context, JobError};
+use crate::connect::PooledConn;
+use crate::error::{Error, chain};
+use crate::events::{TimeStyle, format_time};
+use crate::job::{Job, Status};
+use crate::sqlstate;
+
+/// Shortest idle wait when work is known to be queued but could not be claimed (limits
+/// full, rows locked): PgQueuer's `min_dequeue_poll_interval`.
+const MIN_POLL: Duration = Duration::from_millis(100);
+
+/// The channels one executor uses.
+pub(crate) struct Channels {
+    /// Wake tokens: from the listener on table changes, and from executors that claimed a
+    /// full batch (more work is likely waiting).
+    pub(crate) wake_tx: Sender<()>,
+    pub(crate) wake_rx: Receiver<()>,
+    /// Jobs claimed by one executor for other, idle ones.
+    pub(crate) handoff_tx: Sender<Job>,
+    pub(crate) handoff_rx: Receiver<Job>,
+    /// Outcomes for the completer.
+    pub(crate) outcome_tx: Sender<Finished>,
+    /// Held while this executor lives (see `Worker::run_mode`).
+    pub(crate) _alive: Sender<()>,
+}
+
+/// The executor loop of thread `index`.
+pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
+    let mut rng = Jitter::new(index);
+    let mut conn: Option<PooledConn> = None;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if let Ok(job) = ch.handoff_rx.try_recv() {
+            execute(run, &mut conn, job, ch, &mut rng);
+            run.release(1);
+            continue;
+        }
+        if run.stopping() {
+            break;
+        }
+        let take = run.reserve(run.inner.batch_size);
+        if take == 0 {
+            // Every idle thread is promised a handed-over job; ours is on its way.
+            wait(run, ch, Duration::from_millis(5), &mut conn, &mut rng);
+            continue;
+        }
+        let claimed = connection(run, &mut conn).and_then(|c| run.inner.claimer.claim(c, take));
+        match claimed {
+            Ok(claim) => {
+                backoff = Duration::from_millis(50);
+                let n = claim.jobs.len();
+                run.release(take - n);
+                if n == 0 {
+                    if claim.lost_race {
+                        // The winner has committed; claim again in a moment.
+                        std::thread::sleep(rng.duration(Duration::from_micros(500)));
+                        continue;
+                    }
+                    idle(run, ch, &mut conn, &mut rng);
+                    continue;
+                }
+                log::trace!("claimed {n} jobs ({take} threads reserved)");
+                {
+                    let mut running = run.running();
+                    for job in &claim.jobs {
+                        running.insert(job.id, Arc::new(AtomicBool::new(false)));
+                    }
+                }
+                if n == take || claim.lost_race {
+                    // A full batch (or a contended one): more work is probably waiting.
+                    let _ = ch.wake_tx.try_send(());
+                }
+                let mut jobs = claim.jobs.into_iter();
+                let first = jobs.next();
+                for job in jobs {
+                    // Cannot fail: this thread holds a receiver.
+                    let _ = ch.handoff_tx.send(job);
+                }
+                if let Some(job) = first {
+                    execute(run, &mut conn, job, ch, &mut rng);
+                }
+                run.release(1);
+            }
+            Err(e) => {
+                run.release(take);
+                log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
+                drop_if_broken(&mut conn, &e);
+                sleep_or_shutdown(run, backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    // Jobs handed over after the other threads left are run here.
+    while let Ok(job) = ch.handoff_rx.try_recv() {
+        execute(run, &mut conn, job, ch, &mut rng);
+        run.release(1);
+    }
+    if let Some(mut c) = conn {
+        let _ = c.set_generic_plans(false);
+    }
+}
+
+/// Nothing to claim: stop (drain mode) or wait for a wake-up, a handed-over job, the
+/// next deferred job's due time, the dequeue timeout or shutdown.
+fn idle(run: &Run, ch: &Channels, conn: &mut Option<PooledConn>, rng: &mut Jitter) {
+    let next_due = connection(run, conn).and_then(|c| run.inner.claimer.next_due(c));
+    let next_due = match next_due {
+        Ok(due) => due,
+        Err(e) => {
+            drop_if_broken(conn, &e);
+            Some(MIN_POLL)
+        }
+    };
+    if run.drain && next_due.is_none() && run.running().is_empty() && ch.handoff_rx.is_empty() {
+        log::debug!("drain: nothing queued and nothing running; stopping");
+        run.shutdown.shutdown();
+        return;
+    }
+    let timeout = match next_due {
+        Some(due) => due.clamp(MIN_POLL, run.inner.dequeue_timeout),
+        None => run.inner.dequeue_timeout,
+    };
+    wait(run, ch, timeout, conn, rng);
+}
+
+fn wait(
+    run: &Run,
+    ch: &Channels,
+    timeout: Duration,
+    conn: &mut Option<PooledConn>,
+    rng: &mut Jitter,
+) {
+    select! {
+        recv(ch.handoff_rx) -> job => {
+            if let Ok(job) = job {
+                execute(run, conn, job, ch, rng);
+                run.release(1);
+            }
+        }
+        recv(ch.wake_rx) -> _ => {}
+        recv(run.shutdown.receiver()) -> _ => {}
+        default(timeout) => {}
+    }
+}
+
+fn sleep_or_shutdown(run: &Run, d: Duration) {
+    let _ = run.shutdown.receiver().recv_timeout(d);
+}
+
+/// This thread's connection, checked out (once) with generic plans on.
+fn connection<'c>(
+    run: &Run,
+    conn: &'c mut Option<PooledConn>,
+) -> Result<&'c mut PooledConn, Error> {
+    if conn.is_none() {
+        let mut c = run.inner.pool.get()?;
+        c.set_generic_plans(true)?;
+        *conn = Some(c);
+    }
+    Ok(conn.as_mut().unwrap_or_else(|| unreachable!("set above")))
+}
+
+/// Gives a connection back (the pool discards it if closed) after a connection error.
+fn drop_if_broken(conn: &mut Option<PooledConn>, e: &Error) {
+    let lost = match e {
+        Error::Db(db) => sqlstate::is_connection_lost(db),
+        Error::Pool(_) => true,
+        _ => false,
+    };
+    if lost || conn.as_ref().is_some_and(|c| c.is_closed()) {
+        conn.take();
+    }
+}
+
+/// Runs one claimed job and hands its outcome on.
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "the job is consumed here: it ends with this call"
+)]
+fn execute(run: &Run, conn: &mut Option<PooledConn>, job: Job, ch: &Channels, rng: &mut Jitter) {
+    let inner = &run.inner;
+    let Some(flag) = run.running().get(&job.id).cloned() else {
+        log::warn!("job {} is not registered as running; skipping it", job.id);
+        return;
+    };
+    let Some(entry) = inner.registry.by_name.get(&job.entrypoint) else {
+        // Cannot happen: the claim only takes our entrypoints.
+        log::error!("job {} has unknown entrypoint {:?}", job.id, job.entrypoint);
+        return;
+    };
+    if flag.load(Ordering::SeqCst) {
+        run.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        finish(ch, job.id, Status::Canceled, None);
+        return;
+    }
+    let ctx = Context {
+        job_id: job.id,
+        cancelled: &flag,
+        resources: inner.resources.as_deref(),
+        worker_id: inner.claimer.worker_id(),
+    };
+    log::trace!("running job {} ({})", job.id, job.entrypoint);
+    let result = catch_unwind(AssertUnwindSafe(|| (entry.handler)(&job, &ctx)));
+    let failure = match result {
+        Ok(Ok(())) => {
+            if flag.load(Ordering::SeqCst) {
+                run.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                finish(ch, job.id, Status::Canceled, None);
+            } else {
+                run.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+                finish(ch, job.id, Status::Successful, None);
+            }
+            return;
+        }
+        Ok(Err(JobError::Retry(retry))) => {
+            let reason = retry.reason.clone();
+            match requeue(
+                run,
+                conn,
+                &job,
+                retry.delay,
+                "RetryRequested",
+                reason.as_deref().unwrap_or(""),
+                reason.as_deref(),
+            ) {
+                Ok(()) => return,
+                Err(e) => Failure {
+                    type_name: "RetryFailed",
+                    message: format!("the retry could not be written: {e}"),
+                    traceback: format!("retry requested ({reason:?}) but writing it failed: {e}"),
+                },
+            }
+        }
+        Ok(Err(JobError::Failed { error, type_name })) => Failure {
+            type_name,
+            message: error.to_string(),
+            traceback: chain(error.as_ref()).to_string(),
+        },
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "handler panicked".to_owned());
+            Failure {
+                type_name: "Panic",
+                traceback: format!("the handler panicked: {message}"),
+                message,
+            }
+        }
+    };
+    if flag.load(Ordering::SeqCst) {
+        run.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        finish(ch, job.id, Status::Canceled, None);
+        return;
+    }
+    if let Some(policy) = &entry.options.retry
+        && let Some(delay) = policy.delay_for(job.attempts, rng.unit())
+    {
+        log::info!(
+            "job {} ({}) failed ({}: {}); retrying in {delay:?}",
+            job.id,
+            job.entrypoint,
+            failure.type_name,
+            failure.message
+        );
+        if requeue(
+            run,
+            conn,
+            &job,
+            delay,
+            failure.type_name,
+            &failure.message,
+            Some(&failure.message),
+        )
+        .is_ok()
+        {
+            return;
+        }
+    }
+    log::warn!(
+        "job {} ({}) failed: {}: {}",
+        job.id,
+        job.entrypoint,
+        failure.type_name,
+        failure.traceback
+    );
+    run.counters.failed.fetch_add(1, Ordering::Relaxed);
+    let status = match entry.options.on_failure {
+        super::OnFailure::Delete => Status::Exception,
+        super::OnFailure::Hold => Status::Failed,
+    };
+    let traceback = traceback_json(run, &job, &failure, None);
+    finish(ch, job.id, status, Some(traceback));
+}
+
+/// A handler failure, described for the log's traceback record.
+struct Failure {
+    type_name: &'static str,
+    message: String,
+    traceback: String,
+}
+
+/// Writes a retry now (not through the completer) and forgets the job.
+fn requeue(
+    run: &Run,
+    conn: &mut Option<PooledConn>,
+    job: &Job,
+    delay: Duration,
+    type_name: &'static str,
+    message: &str,
+    reason: Option<&str>,
+) -> Result<(), Error> {
+    let failure = Failure {
+        type_name,
+        message: message.to_owned(),
+        traceback: format!("retry requested: {message}"),
+    };
+    let traceback = traceback_json(run, job, &failure, Some((delay, reason)));
+    let result =
+        connection(run, conn).and_then(|c| run.inner.claimer.retry(c, job.id, delay, &traceback));
+    match result {
+        Ok(owned) => {
+            run.running().remove(&job.id);
+            if owned {
+                run.counters.retried.fetch_add(1, Ordering::Relaxed);
+            } else {
+                log::warn!(
+                    "job {} was no longer ours when its retry was written",
+                    job.id
+                );
+            }
+            Ok(())
+        }
+        Err(e) => {
+            log::warn!("pgqueuer could not requeue job {}: {e}", job.id);
+            drop_if_broken(conn, &e);
+            Err(e)
+        }
+    }
+}
+
+fn finish(ch: &Channels, id: i64, status: Status, traceback: Option<serde_json::Value>) {
+    // Cannot fail while the completer lives, and it outlives every executor.
+    let _ = ch.outcome_tx.send(Finished {
+        id,
+        status,
+        traceback,
+    });
+}
+
+/// PgQueuer's `TracebackRecord`: all six keys, which Python readers require.
+fn traceback_json(
+    run: &Run,
+    job: &Job,
+    failure: &Failure,
+    retry: Option<(Duration, Option<&str>)>,
+) -> serde_json::Value {
+    let mut context = serde_json::json!({
+        "entrypoint": job.entrypoint,
+        "queue_manager_id": run.inner.claimer.worker_id().to_string(),
+    });
+    if let Some((delay, reason)) = retry {
+        context["attempt"] = job.attempts.into();
+        context["retry_delay"] = python_timedelta(delay).into();
+        context["reason"] = reason.map_or(serde_json::Value::Null, Into::into);
+    }
+    serde_json::json!({
+        "job_id": job.id,
+        "timestamp": format_time(SystemTime::now(), TimeStyle::Python),
+        "exception_type": failure.type_name,
+        "exception_message": failure.message,
+        "traceback": failure.traceback,
+        "additional_context": context,
+    })
+}
+
+/// A duration as Python's `str(timedelta)`: `0:00:30`, `1 day, 2:03:04.500000`.
+pub(crate) fn python_timedelta(d: Duration) -> String {
+    let total = d.as_secs();
+    let (days, rem) = (total / 86_400, total % 86_400);
+    let mut out = String::new();
+    if days > 0 {
+        out.push_str(&format!("{days} day{}, ", if days == 1 { "" } else { "s" }));
+    }
+    out.push_str(&format!(
+        "{}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    ));
+    let micros = d.subsec_micros();
+    if micros > 0 {
+        out.push_str(&format!(".{micros:06}"));
+    }
+    out
+}
+
+/// A small xorshift generator for jitter (no dependency, no shared state).
+pub(crate) struct Jitter(u64);
+
+impl Jitter {
+    pub(crate) fn new(seed: usize) -> Jitter {
+        let time = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Jitter(u64::from(time) ^ (seed as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `[0, max)`.
+    pub(crate) fn duration(&mut self, max: Duration) -> Duration {
+        max.mul_f64(self.unit())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timedeltas_print_like_python() {
+        assert_eq!(python_timedelta(Duration::ZERO), "0:00:00");
+        assert_eq!(python_timedelta(Duration::from_secs(30)), "0:00:30");
+        assert_eq!(python_timedelta(Duration::from_secs(3_725)), "1:02:05");
+        assert_eq!(
+            python_timedelta(Duration::from_millis(1_500)),
+            "0:00:01.500000"
+        );
+        assert_eq!(
+            python_timedelta(Duration::from_secs(86_400 + 61)),
+            "1 day, 0:01:01"
+        );
+        assert_eq!(
+            python_timedelta(Duration::from_secs(2 * 86_400)),
+            "2 days, 0:00:00"
+        );
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        let mut j = Jitter::new(3);
+        for _ in 0..1000 {
+            let u = j.unit();
+            assert!((0.0..1.0).contains(&u));
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The dedicated LISTEN connection: wakes idle executors on table changes, flags
+//! cancelled jobs, probes itself with health checks, and reconnects after any loss.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+
+use super::Run;
+use crate::error::chain;
+use crate::events::{Event, HealthCheck};
+use crate::sql;
+
+/// How long one wait for notifications lasts; also the listener's shutdown latency.
+const POLL: Duration = Duration::from_millis(250);
+/// How often the listener sends itself a health check (PgQueuer's interval).
+const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
+/// How long the echo of a health check may take before the connection is presumed dead.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs until every executor has exited (`alive` disconnects).
+pub(crate) fn run(run: &Run, wake: &Sender<()>, alive: &Receiver<()>) {
+    let finished = || matches!(alive.try_recv(), Err(TryRecvError::Disconnected));
+    let mut backoff = Duration::from_millis(50);
+    while !finished() {
+        let mut client = match connect(run) {
+            Ok(client) => client,
+            Err(e) => {
+                log::warn!(
+                    "pgqueuer listener cannot connect (retrying in {backoff:?}): {}",
+                    chain(&e)
+                );
+                let _ = alive.recv_timeout(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        // Notifications sent while no LISTEN was active are lost: every idle thread looks.
+        for _ in 0..run.inner.threads {
+            let _ = wake.try_send(());
+        }
+        log::debug!(
+            "pgqueuer listener connected on channel {}",
+            run.inner.settings.channel
+        );
+        if let Err(e) = listen(run, &mut client, wake, &finished) {
+            log::warn!("pgqueuer listener lost its connection; reconnecting: {e}");
+        }
+        // Dropping a client waits for the server; on a dead peer that can take long.
+        let _ = std::thread::Builder::new()
+            .name("pgqueuer-drop".into())
+            .spawn(move || drop(client));
+    }
+}
+
+fn connect(run: &Run) -> Result<Client, postgres::Error> {
+    let mut client = run.inner.config.connect(NoTls)?;
+    client.batch_execute(&sql::channel_listen(&run.inner.settings.channel))?;
+    Ok(client)
+}
+
+/// Acts on one notification payload.
+fn handle(run: &Run, wake: &Sender<()>, payload: &str, probe: &mut Option<(uuid::Uuid, Instant)>) {
+    match Event::parse(payload) {
+        Ok(Event::TableChanged(_)) => {
+            let _ = wake.try_send(());
+        }
+        Ok(Event::Cancellation(c)) => {
+            let running = run.running();
+            for id in &c.ids {
+                if let Some(flag) = running.get(id) {
+                    log::debug!("job {id} cancelled");
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }
+        Ok(Event::HealthCheck(h)) => {
+            if probe.is_some_and(|(id, _)| id == h.id) {
+                *probe = None;
+            }
+        }
+        Err(e) => {
+            log::warn!("pgqueuer listener ignored a notification it cannot parse ({e}): {payload}");
+        }
+    }
+}
+
+/// Serves one connection until it fails (`Err`) or the worker is finished (`Ok`).
+fn listen(
+    run: &Run,
+    client: &mut Client,
+    wake: &Sender<()>,
+    finished: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    let channel = run.inner.settings.channel.clone();
+    let mut probe: Option<(uuid::Uuid, Instant)> = None;
+    let mut last_probe = Instant::now();
+    while !finished() {
+        {
+            let started = Instant::now();
+            let mut notifications = client.notifications();
+            let mut it = notifications.timeout_iter(POLL);
+            // Each event is acted on as it arrives; the loop ends after a quiet POLL (or
+            // after POLL of steady traffic) to check for shutdown and run health checks.
+            loop {
+                match it.next() {
+                    Ok(Some(n)) => handle(run, wake, n.payload(), &mut probe),
+                    Ok(None) => break,
+                    Err(e) => return Err(chain(&e).to_string()),
+                }
+                if started.elapsed() >= POLL {
+                    break;
+                }
+            }
+        }
+        if client.is_closed() {
+            return Err("connection closed".into());
+        }
+        if let Some((_, sent)) = probe
+            && sent.elapsed() > HEALTH_TIMEOUT
+        {
+            return Err(format!(
+                "no echo of its health check within {HEALTH_TIMEOUT:?}"
+            ));
+        }
+        if probe.is_none() && last_probe.elapsed() >= HEALTH_INTERVAL {
+            // A black-holed connection stays silent forever; only a round trip tells.
+            client
+                .is_valid(crate::connect::PROBE_TIMEOUT)
+                .map_err(|e| format!("validity probe failed: {}", chain(&e)))?;
+            let check = HealthCheck::new(&channel);
+            let payload = Event::HealthCheck(check.clone()).to_json();
+            client
+                .execute(sql::CHANNEL_NOTIFY, &[&channel, &payload])
+                .map_err(|e| format!("cannot send a health check: {}", chain(&e)))?;
+            probe = Some((check.id, Instant::now()));
+            last_probe = Instant::now();
+        }
+    }
+    Ok(())
+}

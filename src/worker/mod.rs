@@ -1,0 +1,607 @@
+//! The worker: a fixed pool of executor threads claiming and running jobs, woken by a
+//! dedicated LISTEN connection, with batched heartbeats and completions.
+
+mod completer;
+mod entrypoint;
+mod executor;
+mod heartbeat;
+mod listener;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use uuid::Uuid;
+
+pub use entrypoint::{
+    BoxError, Context, EntrypointOptions, HandlerResult, JobError, OnFailure, Retry, RetryPolicy,
+};
+
+use crate::claim::{Claimer, Statements};
+use crate::connect::Pool;
+use crate::error::{Error, Result};
+use crate::job::{Job, JobId};
+use crate::settings::Settings;
+use entrypoint::{Handler, Registry};
+
+/// Connections a worker holds besides one per executor thread: the heartbeat thread's and
+/// the completer's (the listener opens its own, outside the pool).
+const EXTRA_CONNECTIONS: u32 = 2;
+
+/// Builds a [`Worker`]. Every default is PgQueuer's where PgQueuer has one.
+pub struct WorkerBuilder {
+    pool: Pool,
+    settings: Settings,
+    threads: usize,
+    batch_size: usize,
+    heartbeat_timeout: Duration,
+    dequeue_timeout: Duration,
+    max_concurrent_tasks: Option<u32>,
+    shutdown_deadline: Option<Duration>,
+    resources: Option<Arc<dyn Any + Send + Sync>>,
+    registry: Registry,
+    errors: Vec<Error>,
+}
+
+impl WorkerBuilder {
+    /// Executor threads, each running one job at a time. Defaults to 4.
+    #[must_use]
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Most jobs one claim takes (never more than there are idle threads). Defaults to 10.
+    #[must_use]
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// A picked job whose heartbeat is older than this may be re-picked by any worker;
+    /// this worker refreshes its jobs every half of it. Use the same value as every other
+    /// worker of the queue. Defaults to 30 s.
+    #[must_use]
+    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
+        self.heartbeat_timeout = timeout;
+        self
+    }
+
+    /// Longest an idle thread waits without a notification before polling the table
+    /// (the fallback when NOTIFY is lost). Defaults to 30 s.
+    #[must_use]
+    pub fn dequeue_timeout(mut self, timeout: Duration) -> Self {
+        self.dequeue_timeout = timeout;
+        self
+    }
+
+    /// At most this many jobs held by this worker at once, enforced in the claim
+    /// statement (PgQueuer's `max_concurrent_tasks`). Defaults to no limit beyond the
+    /// thread count.
+    #[must_use]
+    pub fn max_concurrent_tasks(mut self, n: u32) -> Self {
+        self.max_concurrent_tasks = Some(n);
+        self
+    }
+
+    /// After a shutdown request, how long running handlers may go on before
+    /// [`Context::is_cancelled`] turns true for them. Defaults to none (wait for them).
+    #[must_use]
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.shutdown_deadline = Some(deadline);
+        self
+    }
+
+    /// Object names. Defaults to PgQueuer's ([`Settings::default`]).
+    #[must_use]
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// A value every handler can borrow through [`Context::resource`].
+    #[must_use]
+    pub fn resources<T: Any + Send + Sync>(mut self, resources: T) -> Self {
+        self.resources = Some(Arc::new(resources));
+        self
+    }
+
+    /// Runs `handler` for jobs of `name`, with default options.
+    #[must_use]
+    pub fn entrypoint<F>(self, name: &str, handler: F) -> Self
+    where
+        F: Fn(&Job, &Context<'_>) -> HandlerResult + Send + Sync + 'static,
+    {
+        self.entrypoint_with(name, EntrypointOptions::new(), handler)
+    }
+
+    /// Runs `handler` for jobs of `name`, with `options`.
+    #[must_use]
+    pub fn entrypoint_with<F>(mut self, name: &str, options: EntrypointOptions, handler: F) -> Self
+    where
+        F: Fn(&Job, &Context<'_>) -> HandlerResult + Send + Sync + 'static,
+    {
+        let handler: Handler = Arc::new(handler);
+        if let Err(e) = self.registry.add(name.to_owned(), options, handler) {
+            self.errors.push(e);
+        }
+        self
+    }
+
+    /// Checks the options and the database schema.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad option (no entrypoint, a repeated entrypoint,
+    /// zero threads or batch size, a zero timeout, a pool too small for the threads);
+    /// [`Error::Schema`] when the database lacks an object the worker needs, such as the
+    /// capacity-slot column or index (run `upgrade()` first); [`Error::Pool`] or
+    /// [`Error::Db`] when the schema cannot be checked.
+    pub fn build(mut self) -> Result<Worker> {
+        if let Some(e) = self.errors.drain(..).next() {
+            return Err(e);
+        }
+        if self.registry.order.is_empty() {
+            return Err(Error::invalid(
+                "entrypoints",
+                "a worker needs at least one entrypoint",
+            ));
+        }
+        if self.threads == 0 {
+            return Err(Error::invalid(
+                "threads",
+                "a worker needs at least one thread",
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(Error::invalid("batch_size", "must be at least 1"));
+        }
+        for (name, value) in [
+            ("heartbeat_timeout", self.heartbeat_timeout),
+            ("dequeue_timeout", self.dequeue_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid(name, "must be positive"));
+            }
+        }
+        if self.max_concurrent_tasks == Some(0) {
+            return Err(Error::invalid("max_concurrent_tasks", "must be at least 1"));
+        }
+        let threads = u32::try_from(self.threads).unwrap_or(u32::MAX);
+        let needed = threads.saturating_add(EXTRA_CONNECTIONS);
+        if self.pool.max_size() < needed {
+            return Err(Error::invalid(
+                "pool",
+                format!(
+                    "the pool holds at most {} connections; a worker with {threads} threads needs {needed} \
+                     (one per thread, plus heartbeats and completions)",
+                    self.pool.max_size()
+                ),
+            ));
+        }
+        let mut conn = self.pool.get()?;
+        crate::schema::verify_with(&mut conn, &self.settings)?;
+        let config = conn.config().clone();
+        drop(conn);
+        let statements = Arc::new(Statements::new(&self.settings)?);
+        let timeout_us = i64::try_from(self.heartbeat_timeout.as_micros()).unwrap_or(i64::MAX);
+        let worker_id = Uuid::new_v4();
+        let claimer = Claimer::from_parts(
+            statements,
+            &self.registry.limits(),
+            worker_id,
+            self.max_concurrent_tasks.map(i64::from),
+            timeout_us,
+        );
+        Ok(Worker {
+            inner: Arc::new(Inner {
+                pool: self.pool,
+                config,
+                settings: self.settings,
+                claimer,
+                registry: self.registry,
+                threads: self.threads,
+                batch_size: self.batch_size,
+                heartbeat_timeout: self.heartbeat_timeout,
+                dequeue_timeout: self.dequeue_timeout,
+                shutdown_deadline: self.shutdown_deadline,
+                resources: self.resources,
+            }),
+            shutdown: ShutdownHandle::new(),
+        })
+    }
+}
+
+/// Everything fixed at build time, shared by the threads of a run.
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) config: postgres::Config,
+    pub(crate) settings: Settings,
+    pub(crate) claimer: Claimer,
+    pub(crate) registry: Registry,
+    pub(crate) threads: usize,
+    pub(crate) batch_size: usize,
+    pub(crate) heartbeat_timeout: Duration,
+    pub(crate) dequeue_timeout: Duration,
+    pub(crate) shutdown_deadline: Option<Duration>,
+    pub(crate) resources: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// Stops a worker from any thread. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ShutdownHandle {
+    state: Arc<ShutdownState>,
+}
+
+#[derive(Debug)]
+struct ShutdownState {
+    /// Set once by `shutdown()`; read by every thread of the run.
+    requested: AtomicBool,
+    /// Dropped by `shutdown()`: disconnection releases every thread blocked on `receiver`.
+    sender: Mutex<Option<Sender<()>>>,
+    receiver: Receiver<()>,
+}
+
+impl ShutdownHandle {
+    fn new() -> ShutdownHandle {
+        let (sender, receiver) = crossbeam_channel::bounded(0);
+        ShutdownHandle {
+            state: Arc::new(ShutdownState {
+                requested: AtomicBool::new(false),
+                sender: Mutex::new(Some(sender)),
+                receiver,
+            }),
+        }
+    }
+
+    /// Asks the worker to stop: no new claims from now on; running handlers finish (or
+    /// are told to stop at the shutdown deadline); then `run()` returns.
+    pub fn shutdown(&self) {
+        self.state.requested.store(true, Ordering::SeqCst);
+        lock(&self.state.sender).take();
+    }
+
+    /// True once [`ShutdownHandle::shutdown`] was called.
+    pub fn is_shutdown(&self) -> bool {
+        self.state.requested.load(Ordering::SeqCst)
+    }
+
+    /// A receiver that is disconnected once shutdown is requested (for `select!`).
+    pub(crate) fn receiver(&self) -> &Receiver<()> {
+        &self.state.receiver
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Jobs whose handler returned `Ok`.
+    pub succeeded: u64,
+    /// Jobs that failed for good (`exception` or `failed`).
+    pub failed: u64,
+    /// Jobs put back in the queue to run again.
+    pub retried: u64,
+    /// Jobs cancelled while claimed or running.
+    pub cancelled: u64,
+}
+
+/// Counters behind [`RunSummary`], updated by executor threads.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) succeeded: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
+}
+
+impl Counters {
+    fn summary(&self) -> RunSummary {
+        RunSummary {
+            succeeded: self.succeeded.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            cancelled: self.cancelled.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// State of one run, shared by its threads.
+pub(crate) struct Run {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) shutdown: ShutdownHandle,
+    /// Drain mode: stop once nothing is queued for our entrypoints and nothing runs.
+    pub(crate) drain: bool,
+    /// Jobs claimed by this worker whose outcome is not yet written, with their cancel
+    /// flags. Executors insert at claim time; the completer (or an executor, after a
+    /// retry) removes once the row is no longer ours; the heartbeat thread refreshes
+    /// every id in it; the listener sets flags on `cancellation_event`.
+    pub(crate) running: Mutex<HashMap<JobId, Arc<AtomicBool>>>,
+    /// Idle executor threads not reserved by a claim in flight. An executor reserves up
+    /// to a batch of these before claiming, so a claim never takes more jobs than there
+    /// are threads to start them.
+    pub(crate) free: AtomicUsize,
+    /// Counters for the summary.
+    pub(crate) counters: Counters,
+}
+
+impl Run {
+    /// Reserves up to `want` idle threads (the caller's own included); 0 when every idle
+    /// thread is already promised a handed-over job.
+    pub(crate) fn reserve(&self, want: usize) -> usize {
+        let mut current = self.free.load(Ordering::SeqCst);
+        loop {
+            let take = current.min(want);
+            if take == 0 {
+                return 0;
+            }
+            match self.free.compare_exchange(
+                current,
+                current - take,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return take,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Returns reserved idle threads that got no job.
+    pub(crate) fn release(&self, n: usize) {
+        self.free.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, Arc<AtomicBool>>> {
+        lock(&self.running)
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.shutdown.is_shutdown()
+    }
+}
+
+/// Locks a mutex, recovering from poisoning (a panicking handler never holds one, but a
+/// poisoned map is still consistent: every update is a single insert or remove).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A worker: build it with [`Worker::builder`], then [`Worker::run`] it (blocking) or
+/// [`Worker::start`] it in the background.
+pub struct Worker {
+    inner: Arc<Inner>,
+    shutdown: ShutdownHandle,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.inner.claimer.worker_id())
+            .field("entrypoints", &self.inner.registry.order)
+            .field("threads", &self.inner.threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A builder using `pool` (which must hold at least `threads + 2` connections).
+    pub fn builder(pool: Pool) -> WorkerBuilder {
+        WorkerBuilder {
+            pool,
+            settings: Settings::default(),
+            threads: 4,
+            batch_size: 10,
+            heartbeat_timeout: Duration::from_secs(30),
+            dequeue_timeout: Duration::from_secs(30),
+            max_concurrent_tasks: None,
+            shutdown_deadline: None,
+            resources: None,
+            registry: Registry::default(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// This worker's id, written to `queue_manager_id` of the jobs it holds.
+    pub fn id(&self) -> Uuid {
+        self.inner.claimer.worker_id()
+    }
+
+    /// A handle that stops this worker from any thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Runs until [`ShutdownHandle::shutdown`]; then stops claiming, lets running
+    /// handlers finish, writes every outcome and joins every thread.
+    ///
+    /// # Errors
+    /// [`Error::Worker`] when a thread of the worker itself panicked.
+    pub fn run(&self) -> Result<RunSummary> {
+        self.run_mode(false)
+    }
+
+    /// Runs until nothing is queued for this worker's entrypoints (deferred jobs count)
+    /// and nothing is running, then stops as [`Worker::run`] does.
+    ///
+    /// # Errors
+    /// As [`Worker::run`].
+    pub fn run_until_empty(&self) -> Result<RunSummary> {
+        self.run_mode(true)
+    }
+
+    /// Runs in a background thread; the returned handle stops and joins it when dropped.
+    ///
+    /// # Errors
+    /// [`Error::Worker`] when the thread cannot be spawned.
+    pub fn start(self) -> Result<RunningWorker> {
+        let shutdown = self.shutdown.clone();
+        let thread = std::thread::Builder::new()
+            .name("pgqueuer-worker".into())
+            .spawn(move || self.run())
+            .map_err(|e| Error::Worker(format!("cannot spawn the worker thread: {e}")))?;
+        Ok(RunningWorker {
+            shutdown,
+            thread: Some(thread),
+        })
+    }
+
+    fn run_mode(&self, drain: bool) -> Result<RunSummary> {
+        let inner = &self.inner;
+        let run = Run {
+            inner: inner.clone(),
+            shutdown: self.shutdown.clone(),
+            drain,
+            running: Mutex::new(HashMap::new()),
+            free: AtomicUsize::new(inner.threads),
+            counters: Counters::default(),
+        };
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded::<()>(inner.threads);
+        let (handoff_tx, handoff_rx) = crossbeam_channel::unbounded::<Job>();
+        let (outcome_tx, outcome_rx) = crossbeam_channel::unbounded::<completer::Finished>();
+        // Each executor holds a sender; when all have exited the receivers disconnect,
+        // which tells the helper threads that no job can start or finish any more.
+        let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);
+        log::info!(
+            "pgqueuer worker {} starting: {} threads, entrypoints {:?}",
+            inner.claimer.worker_id(),
+            inner.threads,
+            inner.registry.order
+        );
+        let started = Instant::now();
+        let panicked = std::thread::scope(|scope| {
+            let run = &run;
+            let mut handles = Vec::new();
+            for index in 0..inner.threads {
+                let channels = executor::Channels {
+                    wake_tx: wake_tx.clone(),
+                    wake_rx: wake_rx.clone(),
+                    handoff_tx: handoff_tx.clone(),
+                    handoff_rx: handoff_rx.clone(),
+                    outcome_tx: outcome_tx.clone(),
+                    _alive: alive_tx.clone(),
+                };
+                handles.push(spawn_named(
+                    scope,
+                    format!("pgqueuer-exec-{index}"),
+                    move || {
+                        executor::run(run, index, &channels);
+                    },
+                ));
+            }
+            drop((outcome_tx, alive_tx, handoff_tx));
+            {
+                let alive_rx = alive_rx.clone();
+                let wake_tx = wake_tx.clone();
+                handles.push(spawn_named(scope, "pgqueuer-listen".into(), move || {
+                    listener::run(run, &wake_tx, &alive_rx);
+                }));
+            }
+            {
+                let alive_rx = alive_rx.clone();
+                handles.push(spawn_named(scope, "pgqueuer-heartbeat".into(), move || {
+                    heartbeat::run(run, &alive_rx);
+                }));
+            }
+            handles.push(spawn_named(scope, "pgqueuer-complete".into(), move || {
+                completer::run(run, &outcome_rx);
+            }));
+            drop(wake_tx);
+            enforce_deadline(run, &alive_rx);
+            handles.into_iter().filter_map(|h| h.join().err()).count()
+        });
+        let summary = run.counters.summary();
+        log::info!(
+            "pgqueuer worker {} stopped after {:?}: {summary:?}",
+            inner.claimer.worker_id(),
+            started.elapsed()
+        );
+        if panicked > 0 {
+            return Err(Error::Worker(format!("{panicked} worker threads panicked")));
+        }
+        Ok(summary)
+    }
+}
+
+/// Waits for shutdown, then, past the deadline, flags every running job as cancelled.
+fn enforce_deadline(run: &Run, alive: &Receiver<()>) {
+    let _ = run.shutdown.receiver().recv();
+    let Some(deadline) = run.inner.shutdown_deadline else {
+        return;
+    };
+    // `alive` disconnects when every executor has exited.
+    if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = alive.recv_timeout(deadline) {
+        let running = run.running();
+        log::warn!(
+            "shutdown deadline of {deadline:?} passed with {} jobs still held; asking their handlers to stop",
+            running.len()
+        );
+        for flag in running.values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+fn spawn_named<'scope, 'env, F>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: String,
+    f: F,
+) -> std::thread::ScopedJoinHandle<'scope, ()>
+where
+    F: FnOnce() + Send + 'scope,
+{
+    std::thread::Builder::new()
+        .name(name)
+        .spawn_scoped(scope, f)
+        .unwrap_or_else(|e| panic!("cannot spawn a worker thread: {e}"))
+}
+
+/// A worker running in a background thread. Dropping it shuts the worker down and waits
+/// for it; [`RunningWorker::join`] does the same and returns the outcome.
+#[derive(Debug)]
+pub struct RunningWorker {
+    shutdown: ShutdownHandle,
+    thread: Option<std::thread::JoinHandle<Result<RunSummary>>>,
+}
+
+impl RunningWorker {
+    /// A handle to stop the worker.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Asks the worker to stop and waits until it has.
+    ///
+    /// # Errors
+    /// As [`Worker::run`].
+    pub fn join(self) -> Result<RunSummary> {
+        self.shutdown.shutdown();
+        self.wait()
+    }
+
+    /// Waits until the worker stops by itself (drain mode) or is stopped elsewhere.
+    ///
+    /// # Errors
+    /// As [`Worker::run`].
+    pub fn wait(mut self) -> Result<RunSummary> {
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(Error::Worker("the worker thread panicked".into())),
+            None => Ok(RunSummary::default()),
+        }
+    }
+}
+
+impl Drop for RunningWorker {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.shutdown.shutdown();
+            if let Ok(Err(e)) = thread.join() {
+                log::warn!("pgqueuer worker stopped with an error: {e}");
+            }
+        }
+    }
+}
