@@ -1,0 +1,296 @@
+//! End-to-end throughput, latency and memory of the worker, in the shapes of PgQueuer's own
+//! benchmark and a few others. Prints a table (and JSON lines with `PGQ_BENCH_JSON=path`).
+//!
+//! Run: `cargo bench --bench throughput` (needs PostgreSQL; admin DSN from
+//! `PGQUEUER_BENCH_DSN`, default `postgres://postgres@127.0.0.1:5432/postgres`).
+//! Creates and drops its own database. Sizes from the environment:
+//! - `PGQ_BENCH_WINDOW` seconds per flow measurement (default 10), after 2 s of warm-up;
+//! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000);
+//! - `PGQ_BENCH_SHAPES` a comma-separated subset of `flow,drain,limits,latency,memory`;
+//! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI.
+//!
+//! Shapes:
+//! - flow: producers enqueue batches while a worker runs no-op handlers; jobs/s is the
+//!   number of handler calls inside the window. `pgqueuer` is PgQueuer's benchmark shape:
+//!   one producer with batches of 10, claims of 10.
+//! - drain: N queued jobs processed to empty by one worker (`run_until_empty`).
+//! - limits: the PgQueuer flow with the entrypoint limited to 10 and to 5,000.
+//! - latency: enqueue-to-handler-start on an idle worker (one job at a time) and under a
+//!   steady trickle of 200 jobs/s.
+//! - memory: peak RSS of this process (a 16-thread worker plus producers) after the runs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pgqueuer::postgres::{Client, Config, NoTls};
+use pgqueuer::{EntrypointOptions, NewJob, Pool, Queue, Worker};
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+struct BenchDb {
+    admin: Client,
+    name: String,
+    dsn: String,
+}
+
+impl BenchDb {
+    fn create() -> BenchDb {
+        let admin_dsn = std::env::var("PGQUEUER_BENCH_DSN")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let config: Config = admin_dsn.parse().expect("PGQUEUER_BENCH_DSN parses");
+        let mut admin = config.connect(NoTls).unwrap_or_else(|e| {
+            panic!("cannot reach PostgreSQL at {admin_dsn}: {e:?} (start it, or set PGQUEUER_BENCH_DSN)")
+        });
+        let name = format!("pgqbench_throughput_{}", std::process::id());
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        let host = match config.get_hosts().first() {
+            Some(pgqueuer::postgres::config::Host::Tcp(h)) => h.clone(),
+            _ => "127.0.0.1".into(),
+        };
+        let dsn = format!(
+            "host={host} port={} user={} dbname={name}",
+            config.get_ports().first().copied().unwrap_or(5432),
+            config.get_user().unwrap_or("postgres"),
+        );
+        let db = BenchDb { admin, name, dsn };
+        pgqueuer::upgrade(db.pool(1).get().unwrap().client()).unwrap();
+        db
+    }
+
+    fn pool(&self, size: u32) -> Pool {
+        let options = pgqueuer::ConnectOptions { max_size: size, min_idle: 0, ..Default::default() };
+        pgqueuer::connect_with(&self.dsn, &options).unwrap()
+    }
+
+    /// Empties the tables and checkpoints, so every run starts alike.
+    fn reset(&self, pool: &Pool) {
+        let mut conn = pool.get().unwrap();
+        conn.batch_execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics").unwrap();
+        conn.batch_execute("CHECKPOINT").unwrap();
+    }
+}
+
+impl Drop for BenchDb {
+    fn drop(&mut self) {
+        let _ = self.admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+    }
+}
+
+/// One result row.
+struct Row {
+    shape: String,
+    value: f64,
+    unit: &'static str,
+    note: String,
+}
+
+fn worker(pool: &Pool, threads: usize, batch: usize, limit: u32, counter: &Arc<AtomicU64>) -> Worker {
+    let counter = counter.clone();
+    Worker::builder(pool.clone())
+        .threads(threads)
+        .batch_size(batch)
+        .entrypoint_with("fetch", EntrypointOptions::new().concurrency_limit(limit), move |_job, _ctx| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .build()
+        .unwrap()
+}
+
+/// Producers and a worker at once; handler calls per second inside the window.
+#[allow(clippy::too_many_arguments, reason = "a benchmark shape is its parameters")]
+fn flow(
+    db: &BenchDb,
+    threads: usize,
+    batch: usize,
+    producers: usize,
+    producer_batch: usize,
+    limit: u32,
+    window: Duration,
+) -> (f64, u64) {
+    let pool = db.pool(u32::try_from(threads + producers).unwrap() + 3);
+    db.reset(&pool);
+    let counter = Arc::new(AtomicU64::new(0));
+    let running = worker(&pool, threads, batch, limit, &counter).start().unwrap();
+    let stop = AtomicBool::new(false);
+    let rate = std::thread::scope(|scope| {
+        for _ in 0..producers {
+            let queue = Queue::new(pool.clone());
+            let stop = &stop;
+            scope.spawn(move || {
+                let jobs: Vec<NewJob> = (0..producer_batch).map(|i| NewJob::new("fetch", i.to_string().into_bytes())).collect();
+                while !stop.load(Ordering::Relaxed) {
+                    queue.enqueue_many(&jobs).unwrap();
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let (c0, t0) = (counter.load(Ordering::Relaxed), Instant::now());
+        std::thread::sleep(window);
+        let (c1, t1) = (counter.load(Ordering::Relaxed), Instant::now());
+        stop.store(true, Ordering::Relaxed);
+        (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
+    });
+    running.join().unwrap();
+    let backlog: i64 = pool
+        .get()
+        .unwrap()
+        .query_one("SELECT count(*) FROM pgqueuer WHERE status = 'queued'", &[])
+        .unwrap()
+        .get(0);
+    (rate, u64::try_from(backlog).unwrap_or(0))
+}
+
+/// `jobs` queued up front, then one worker drains them; jobs per second to empty.
+fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
+    let pool = db.pool(u32::try_from(threads).unwrap() + 3);
+    db.reset(&pool);
+    let queue = Queue::new(pool.clone());
+    let all: Vec<NewJob> = (0..jobs).map(|i| NewJob::new("fetch", i.to_string().into_bytes())).collect();
+    for chunk in all.chunks(5_000) {
+        queue.enqueue_many(chunk).unwrap();
+    }
+    pool.get().unwrap().batch_execute("VACUUM ANALYZE pgqueuer").unwrap();
+    let counter = Arc::new(AtomicU64::new(0));
+    let w = worker(&pool, threads, batch, 0, &counter);
+    let started = Instant::now();
+    w.run_until_empty().unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(counter.load(Ordering::Relaxed), jobs as u64, "the drain missed jobs");
+    jobs as f64 / elapsed
+}
+
+/// Enqueue-to-start latencies (sorted) of `n` jobs sent `gap` apart to an idle worker.
+fn latency(db: &BenchDb, n: usize, gap: Duration) -> Vec<Duration> {
+    let pool = db.pool(8);
+    db.reset(&pool);
+    let (tx, rx) = crossbeam_channel::unbounded::<(i64, Instant)>();
+    let running = Worker::builder(pool.clone())
+        .threads(4)
+        .dequeue_timeout(Duration::from_secs(60))
+        .entrypoint("ping", move |job, _ctx| {
+            tx.send((job.id, Instant::now())).unwrap();
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let queue = Queue::new(pool.clone());
+    let mut sent = std::collections::HashMap::new();
+    let mut latencies = Vec::with_capacity(n);
+    let producer_started = Instant::now();
+    for i in 0..n {
+        let due = producer_started + gap * u32::try_from(i).unwrap();
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let at = Instant::now();
+        let id = queue.enqueue(NewJob::new("ping", Vec::new())).unwrap();
+        sent.insert(id, at);
+        while let Ok((id, started)) = rx.try_recv() {
+            latencies.push(started - sent[&id]);
+        }
+    }
+    while latencies.len() < n {
+        let (id, started) = rx.recv_timeout(Duration::from_secs(10)).expect("a job never started");
+        latencies.push(started - sent[&id]);
+    }
+    running.join().unwrap();
+    latencies.sort();
+    latencies
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// Peak resident memory of this process (VmHWM), in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn main() {
+    let quick = env_or("PGQ_BENCH_QUICK", 0) == 1;
+    let window = Duration::from_secs_f64(env_or("PGQ_BENCH_WINDOW", if quick { 1.0 } else { 10.0 }));
+    let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
+    let shapes: String = env_or("PGQ_BENCH_SHAPES", "flow,drain,limits,latency,memory".to_owned());
+    let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
+    let db = BenchDb::create();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut record = |shape: String, value: f64, unit: &'static str, note: String| {
+        eprintln!("  {shape:<34} {value:>10.1} {unit} {note}");
+        rows.push(Row { shape, value, unit, note });
+    };
+    eprintln!("throughput bench: window {window:?}, drain {drain_jobs} jobs");
+    if wants("flow") {
+        let shapes: &[(&str, usize, usize, usize, usize)] = &[
+            ("flow pgqueuer (1 producer x10, 16 thr x10)", 16, 10, 1, 10),
+            ("flow 1 thread, batch 1", 1, 1, 1, 10),
+            ("flow 4 threads, batch 10", 4, 10, 1, 10),
+            ("flow 16 threads, batch 50", 16, 50, 1, 100),
+            ("flow 16 threads, 2 producers x100", 16, 10, 2, 100),
+        ];
+        for &(name, threads, batch, producers, pbatch) in shapes {
+            let (rate, backlog) = flow(&db, threads, batch, producers, pbatch, 0, window);
+            record(name.into(), rate, "jobs/s", format!("backlog after: {backlog}"));
+        }
+    }
+    if wants("drain") {
+        for (threads, batch) in [(4, 10), (16, 50)] {
+            let rate = drain(&db, drain_jobs, threads, batch);
+            record(format!("drain {drain_jobs} ({threads} thr, batch {batch})"), rate, "jobs/s", String::new());
+        }
+    }
+    if wants("limits") {
+        let mut rates = Vec::new();
+        for limit in [0u32, 10, 5_000] {
+            let (rate, backlog) = flow(&db, 16, 10, 1, 10, limit, window);
+            rates.push(rate);
+            let name = if limit == 0 { "limits: unlimited".to_owned() } else { format!("limits: limit {limit}") };
+            record(name, rate, "jobs/s", format!("backlog after: {backlog}"));
+        }
+        record("limits: 5000 / 10".into(), rates[2] / rates[1], "ratio", "target 0.90-1.10".into());
+        record("limits: limit 10 / unlimited".into(), rates[1] / rates[0], "ratio", "target >= 0.5".into());
+    }
+    if wants("latency") {
+        let n = if quick { 20 } else { 200 };
+        let idle = latency(&db, n, Duration::from_millis(50));
+        record("latency idle: median".into(), percentile(&idle, 0.5).as_secs_f64() * 1e3, "ms", format!("{n} jobs, 50 ms apart"));
+        record("latency idle: p99".into(), percentile(&idle, 0.99).as_secs_f64() * 1e3, "ms", String::new());
+        let trickle = latency(&db, n * 5, Duration::from_millis(5));
+        record("latency trickle 200/s: median".into(), percentile(&trickle, 0.5).as_secs_f64() * 1e3, "ms", format!("{} jobs", n * 5));
+        record("latency trickle 200/s: p99".into(), percentile(&trickle, 0.99).as_secs_f64() * 1e3, "ms", String::new());
+    }
+    if wants("memory") {
+        if !wants("flow") {
+            flow(&db, 16, 10, 1, 10, 0, window);
+        }
+        record("peak RSS (16-thread worker + producers)".into(), peak_rss_mib(), "MiB", "target < 30".into());
+    }
+    println!();
+    println!("| shape | value | unit | note |");
+    println!("|---|---:|---|---|");
+    for r in &rows {
+        println!("| {} | {:.2} | {} | {} |", r.shape, r.value, r.unit, r.note);
+    }
+    if let Ok(path) = std::env::var("PGQ_BENCH_JSON") {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        for r in &rows {
+            let line = serde_json::json!({"impl": "rust", "shape": r.shape, "value": r.value, "unit": r.unit, "note": r.note});
+            writeln!(file, "{line}").unwrap();
+        }
+    }
+}
