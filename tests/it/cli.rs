@@ -764,6 +764,21 @@ fn sql_commands_print_without_connecting() {
         "{named}"
     );
 
+    // A name set explicitly wins over --prefix, as in Python.
+    let out = command(nowhere, &["--prefix", "app_", "sql", "uninstall"])
+        .env("PGQUEUER_QUEUE_TABLE", "jobs")
+        .output()
+        .unwrap();
+    let explicit = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        explicit.contains("DROP TABLE IF EXISTS jobs;"),
+        "{explicit}"
+    );
+    assert!(
+        explicit.contains("DROP TABLE IF EXISTS app_pgqueuer_log;"),
+        "{explicit}"
+    );
+
     let durability = pgq_env(nowhere, &["sql", "durability", "balanced"]).ok();
     assert_eq!(durability.lines().count(), 4);
     assert!(

@@ -163,22 +163,15 @@ fn split_globals(argv: Vec<String>) -> Result<(Globals, Vec<String>), Failure> {
     Ok((globals, rest))
 }
 
-/// The object names: the environment, then `--prefix` and `--schema`.
+/// The object names from the environment, with `--prefix` and `--schema` taking the
+/// place of `PGQUEUER_PREFIX` and `PGQUEUER_SCHEMA` (as Python's CLI does by setting
+/// them), so a name set explicitly (`PGQUEUER_QUEUE_TABLE`) still wins over the prefix.
 fn settings_of(globals: &Globals) -> Result<Settings, Failure> {
-    let mut settings = Settings::from_env()?;
-    if let Some(prefix) = &globals.prefix {
-        let schema = settings.schema.take();
-        let durability = settings.durability;
-        settings = Settings::with_prefix(prefix);
-        settings.schema = schema;
-        settings.durability = durability;
-    }
-    if let Some(schema) = &globals.schema {
-        let schema = schema.trim().to_lowercase();
-        settings.schema = (!schema.is_empty()).then_some(schema);
-    }
-    settings.validate()?;
-    Ok(settings)
+    Ok(Settings::from_lookup(|key| match key {
+        "PGQUEUER_PREFIX" if globals.prefix.is_some() => globals.prefix.clone(),
+        "PGQUEUER_SCHEMA" if globals.schema.is_some() => globals.schema.clone(),
+        _ => std::env::var(key).ok(),
+    })?)
 }
 
 fn run(argv: Vec<String>) -> Outcome {
