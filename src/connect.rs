@@ -247,6 +247,22 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
     Ok(pool)
 }
 
+/// Opens one connection outside any pool, resolved exactly as [`connect_with`] resolves
+/// `dsn` (environment fallbacks, timeouts, keepalives), with `application_name` set
+/// unless the DSN sets one.
+///
+/// For a connection that is held for a long time or changes session state, such as a
+/// LISTEN connection (a LISTEN would outlive a pooled connection's return to its pool),
+/// or for a one-shot tool that needs no pool.
+///
+/// # Errors
+/// [`Error::ConnectionConfig`] for a DSN that cannot be parsed, [`Error::Connect`] naming
+/// the target and the cause when the connection fails.
+pub fn connect_one(dsn: &str, application_name: &str) -> Result<Conn> {
+    let config = resolve_config(dsn, &|k| std::env::var(k).ok(), application_name)?;
+    Manager::new(config).open()
+}
+
 /// Builds the `postgres::Config` for `dsn` (see [`connect_with`]), reading variables
 /// through `env`.
 pub(crate) fn resolve_config(

@@ -358,6 +358,12 @@ fn now_micros() -> SystemTime {
     }
 }
 
+/// `t` in UTC as Python's pydantic writes an aware datetime in JSON
+/// (`2026-11-29T19:18:23.097731Z`; no fraction when it is zero).
+pub(crate) fn python_time(t: SystemTime) -> String {
+    format_time(t, TimeStyle::Python)
+}
+
 /// How a timestamp is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TimeStyle {

@@ -30,12 +30,20 @@
 //! [`OnConflict`] says what a dedupe key held by a queued or picked job does. The same
 //! type cancels, inspects, clears and requeues jobs and waits for them to finish. The
 //! NOTIFY payloads shared with Python are in [`events`].
+//!
+//! # Operating
+//!
+//! [`ops`] holds what an operator runs: statistics aggregation under PgQueuer's advisory
+//! lock, log pruning, stale-job, worker, backlog and throughput queries, table
+//! persistence and autovacuum tuning. The `pgq` program (feature `cli`) is a thin layer
+//! over it and over [`Queue`].
 
 mod claim;
 mod connect;
 mod error;
 pub mod events;
 mod job;
+pub mod ops;
 mod queue;
 mod schema;
 mod settings;
@@ -44,13 +52,15 @@ pub mod sqlstate;
 mod worker;
 
 pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
-pub use connect::{Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_with};
+pub use connect::{
+    Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_one, connect_with,
+};
 pub use error::{Error, Result};
 pub use job::{Job, JobId, Status};
 pub use queue::{NewJob, OnConflict, Queue, QueueSize};
 pub use schema::{
-    UpgradeReport, describe_with, uninstall, uninstall_with, upgrade, upgrade_sql, upgrade_with,
-    verify, verify_with,
+    UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade, upgrade_sql,
+    upgrade_with, verify, verify_with,
 };
 pub use settings::{Durability, Settings};
 pub use worker::{

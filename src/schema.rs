@@ -284,6 +284,17 @@ fn missing_objects(facts: &[String], s: &Settings) -> Vec<String> {
     missing
 }
 
+/// The SQL that [`uninstall_with`] runs, rendered for `settings` (for `pgq sql uninstall`
+/// and review): drop the trigger, the function, the four tables and the enum types, each
+/// `IF EXISTS`.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] when a name in `settings` is not acceptable.
+pub fn uninstall_sql(settings: &Settings) -> Result<String> {
+    settings.validate()?;
+    Ok(sql::uninstall(settings))
+}
+
 /// Removes the schema with PgQueuer's default names. See [`uninstall_with`].
 ///
 /// # Errors
@@ -298,8 +309,7 @@ pub fn uninstall(client: &mut Client) -> Result<()> {
 /// # Errors
 /// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when a drop fails.
 pub fn uninstall_with(client: &mut Client, settings: &Settings) -> Result<()> {
-    settings.validate()?;
-    client.batch_execute(&sql::uninstall(settings))?;
+    client.batch_execute(&uninstall_sql(settings)?)?;
     Ok(())
 }
 

@@ -142,8 +142,13 @@ impl Settings {
         Self::from_lookup(|key| std::env::var(key).ok())
     }
 
-    /// [`Settings::from_env`] over any variable lookup (used by tests and the CLI).
-    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+    /// [`Settings::from_env`] over any variable lookup: `get("PGQUEUER_PREFIX")` and so on.
+    /// Lets a program put its own values in front of the environment (as `pgq --prefix`
+    /// does) while names set explicitly still win over the prefix, as in Python.
+    ///
+    /// # Errors
+    /// As [`Settings::from_env`].
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let prefix = get("PGQUEUER_PREFIX").unwrap_or_default();
         let mut settings = Settings::with_prefix(&prefix);
         if let Some(schema) = get("PGQUEUER_SCHEMA").or_else(|| get("DB_SCHEMA")) {

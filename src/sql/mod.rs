@@ -15,6 +15,7 @@ pub(crate) const ADVISORY_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 pub(crate) const CURRENT_SCHEMA: &str = "SELECT current_schema()::text";
 
 pub(crate) mod claim;
+pub(crate) mod ops;
 
 const CATALOG: &str = include_str!("catalog.sql");
 

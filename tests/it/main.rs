@@ -4,8 +4,10 @@
 #![allow(unreachable_pub)]
 
 mod claim;
+mod cli;
 mod connect;
 mod harness;
+mod ops;
 mod proxy;
 mod queue;
 mod schema;

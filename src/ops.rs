@@ -1,0 +1,591 @@
+//! Operating a queue: statistics, log pruning, insight queries, table persistence and
+//! autovacuum tuning. What `pgq` runs, as functions over any client.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), pgqueuer::Error> {
+//! use std::time::Duration;
+//! use pgqueuer::Settings;
+//! use pgqueuer::ops::{self, Aggregation};
+//!
+//! let settings = Settings::default();
+//! let mut conn = pgqueuer::connect_one("postgres://postgres@127.0.0.1/app", "ops")?;
+//! if let Aggregation::Folded { log_rows, .. } = ops::aggregate_log(&mut *conn, &settings)? {
+//!     println!("{log_rows} log rows added to the statistics");
+//! }
+//! for row in ops::throughput(&mut *conn, &settings, Duration::from_secs(60))? {
+//!     println!("{} {} {}", row.entrypoint, row.status, row.count);
+//! }
+//! for age in ops::queue_age(&mut *conn, &settings)? {
+//!     println!("{}: {} queued, oldest {:.0} s", age.entrypoint, age.queued_count, age.oldest_age_seconds);
+//! }
+//! let pruned = ops::prune_log(&mut *conn, &settings, Duration::from_secs(7 * 86_400))?;
+//! println!("deleted {} log rows", pruned.deleted);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Statistics and the aggregation lock
+//!
+//! The log table gets one row per job transition; the statistics table holds the same
+//! counts rolled up per second, entrypoint, priority and status. [`aggregate_log`] moves
+//! counts from one to the other while holding PgQueuer's transaction-scoped advisory lock
+//! (key `hashtext('<qualified statistics table>')`), so that two aggregators never count
+//! the same log rows. PgQueuer's workers take that lock for their periodic aggregation,
+//! but its on-demand readers (`pgq dashboard`, the Prometheus and web adapters) aggregate
+//! without it; this crate takes it on every path, so its dashboard never double counts
+//! against a Rust or Python worker. (A Python on-demand aggregation running at the same
+//! moment still can, on its side.)
+//!
+//! Every function taking a client works inside the caller's transaction too; a lock or
+//! DDL lock then lasts until that transaction ends.
+
+use std::time::{Duration, SystemTime};
+
+use postgres::{GenericClient, Row};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::events::python_time;
+use crate::job::{Job, JobId, Status};
+use crate::settings::{Durability, Settings};
+use crate::sql::ops as sql;
+
+/// What one [`aggregate_log`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aggregation {
+    /// This call held the aggregation lock and folded every log row that was not yet
+    /// aggregated (possibly none).
+    Folded {
+        /// Log rows now marked aggregated.
+        log_rows: u64,
+        /// Statistics rows inserted or added to (one per second, entrypoint, priority
+        /// and status).
+        buckets: u64,
+    },
+    /// Another session held the aggregation lock (a worker's periodic aggregation, or
+    /// another dashboard); nothing was done. Its aggregation covers the same rows.
+    Busy,
+}
+
+/// What [`prune_log`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Log rows folded into the statistics first.
+    pub aggregated: u64,
+    /// Log rows deleted.
+    pub deleted: u64,
+}
+
+/// A picked job whose worker has not sent a heartbeat for longer than a threshold (one
+/// row of [`stale_jobs`]). Such a job is re-claimed by the next worker whose heartbeat
+/// timeout is shorter than its age.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StaleJob {
+    /// The job.
+    pub id: JobId,
+    /// Its priority.
+    pub priority: i32,
+    /// The worker that picked it.
+    pub queue_manager_id: Option<Uuid>,
+    /// When it was enqueued.
+    pub created: SystemTime,
+    /// When its row last changed state.
+    pub updated: SystemTime,
+    /// Its last heartbeat.
+    pub heartbeat: SystemTime,
+    /// When it became eligible.
+    pub execute_after: SystemTime,
+    /// Always [`Status::Picked`].
+    pub status: Status,
+    /// Its entrypoint.
+    pub entrypoint: String,
+    /// Seconds between its last heartbeat and the query.
+    pub seconds_since_heartbeat: f64,
+}
+
+/// A worker holding picked jobs (one row of [`active_workers`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ActiveWorker {
+    /// The worker's id (PgQueuer's `queue_manager_id`).
+    pub queue_manager_id: Uuid,
+    /// How many jobs it holds.
+    pub active_jobs: u64,
+    /// The oldest heartbeat among them.
+    pub oldest_heartbeat: SystemTime,
+    /// The newest heartbeat among them.
+    pub newest_heartbeat: SystemTime,
+    /// The entrypoints of its jobs, sorted, each once.
+    pub entrypoints: Vec<String>,
+}
+
+/// The backlog of one entrypoint (one row of [`queue_age`]): its queued jobs, deferred
+/// ones included.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QueueAge {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// How many jobs are queued.
+    pub queued_count: u64,
+    /// When the oldest was enqueued.
+    pub oldest_created: SystemTime,
+    /// The oldest one's age in seconds.
+    pub oldest_age_seconds: f64,
+    /// The average age in seconds.
+    pub avg_age_seconds: f64,
+}
+
+/// How many transitions to one status one entrypoint made in a window (one row of
+/// [`throughput`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Throughput {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// The status reached (`queued` counts enqueues and requeues, `picked` claims,
+    /// the others outcomes).
+    pub status: Status,
+    /// How many times, over the window.
+    pub count: u64,
+}
+
+/// Which autovacuum settings [`autovacuum`] applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Autovacuum {
+    /// PgQueuer's recommended settings (`pgq autovac`): on the queue and schedules
+    /// tables `autovacuum_vacuum_scale_factor = 0.01`, `autovacuum_vacuum_threshold =
+    /// 1000`, `autovacuum_analyze_scale_factor = 0.02`, `autovacuum_analyze_threshold =
+    /// 500`, `autovacuum_vacuum_cost_limit = 10000`, `autovacuum_vacuum_cost_delay = 0`,
+    /// `fillfactor = 70`; on the log and statistics tables
+    /// `autovacuum_vacuum_scale_factor = 0.95`, `autovacuum_vacuum_threshold = 1000000`,
+    /// `autovacuum_analyze_scale_factor = 0.05`, `autovacuum_analyze_threshold = 10000`.
+    Tune,
+    /// Reset the same keys to the server's defaults (`pgq autovac --rollback`).
+    Reset,
+}
+
+impl StaleJob {
+    fn from_row(row: &Row) -> Result<StaleJob> {
+        Ok(StaleJob {
+            id: row.try_get("id")?,
+            priority: row.try_get("priority")?,
+            queue_manager_id: row.try_get("queue_manager_id")?,
+            created: row.try_get("created")?,
+            updated: row.try_get("updated")?,
+            heartbeat: row.try_get("heartbeat")?,
+            execute_after: row.try_get("execute_after")?,
+            status: status_of(row)?,
+            entrypoint: row.try_get("entrypoint")?,
+            seconds_since_heartbeat: row.try_get("seconds_since_heartbeat")?,
+        })
+    }
+
+    /// The row as PgQueuer's `pgq stale --json` writes it: the same keys, timestamps in
+    /// ISO 8601 UTC (`...Z`), the worker id as a string or `null`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "priority": self.priority,
+            "queue_manager_id": self.queue_manager_id.map(|id| id.to_string()),
+            "created": python_time(self.created),
+            "updated": python_time(self.updated),
+            "heartbeat": python_time(self.heartbeat),
+            "execute_after": python_time(self.execute_after),
+            "status": self.status.as_str(),
+            "entrypoint": self.entrypoint,
+            "seconds_since_heartbeat": self.seconds_since_heartbeat,
+        })
+    }
+}
+
+impl ActiveWorker {
+    fn from_row(row: &Row) -> Result<ActiveWorker> {
+        Ok(ActiveWorker {
+            queue_manager_id: row.try_get("queue_manager_id")?,
+            active_jobs: count_of(row, "active_jobs")?,
+            oldest_heartbeat: row.try_get("oldest_heartbeat")?,
+            newest_heartbeat: row.try_get("newest_heartbeat")?,
+            entrypoints: row.try_get("entrypoints")?,
+        })
+    }
+
+    /// The row as PgQueuer's `pgq workers --json` writes it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "queue_manager_id": self.queue_manager_id.to_string(),
+            "active_jobs": self.active_jobs,
+            "oldest_heartbeat": python_time(self.oldest_heartbeat),
+            "newest_heartbeat": python_time(self.newest_heartbeat),
+            "entrypoints": self.entrypoints,
+        })
+    }
+}
+
+impl QueueAge {
+    fn from_row(row: &Row) -> Result<QueueAge> {
+        Ok(QueueAge {
+            entrypoint: row.try_get("entrypoint")?,
+            queued_count: count_of(row, "queued_count")?,
+            oldest_created: row.try_get("oldest_created")?,
+            oldest_age_seconds: row.try_get("oldest_age_seconds")?,
+            avg_age_seconds: row.try_get("avg_age_seconds")?,
+        })
+    }
+
+    /// The row as PgQueuer's `pgq backlog --json` writes it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "entrypoint": self.entrypoint,
+            "queued_count": self.queued_count,
+            "oldest_created": python_time(self.oldest_created),
+            "oldest_age_seconds": self.oldest_age_seconds,
+            "avg_age_seconds": self.avg_age_seconds,
+        })
+    }
+}
+
+impl Throughput {
+    /// The row as JSON: `{"entrypoint", "status", "count"}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "entrypoint": self.entrypoint,
+            "status": self.status.as_str(),
+            "count": self.count,
+        })
+    }
+}
+
+/// A held job as PgQueuer's `pgq failed --json` writes it: every field of the row but the
+/// payload, which is replaced by `payload_bytes` (its length; 0 when there is none),
+/// plus `dedupe_key`, which PgQueuer's job model leaves out. Timestamps are ISO 8601 UTC (`...Z`); headers are an object or `null`.
+pub fn failed_job_json(job: &Job) -> Value {
+    json!({
+        "id": job.id,
+        "priority": job.priority,
+        "created": python_time(job.created),
+        "updated": python_time(job.updated),
+        "heartbeat": python_time(job.heartbeat),
+        "execute_after": python_time(job.execute_after),
+        "status": job.status.as_str(),
+        "entrypoint": job.entrypoint,
+        "attempts": job.attempts,
+        "queue_manager_id": job.queue_manager_id.map(|id| id.to_string()),
+        "slot": job.slot,
+        "headers": job.headers,
+        "dedupe_key": job.dedupe_key,
+        "payload_bytes": job.payload.as_ref().map_or(0, Vec::len),
+    })
+}
+
+/// Folds every log row not yet aggregated into the statistics table, in one statement,
+/// if no other session is aggregating (see the [module docs](self) on the lock).
+///
+/// Counts go into per-second buckets by entrypoint, priority and status; a bucket that
+/// already exists is added to. Every status is counted, `queued` and `picked` included,
+/// as PgQueuer does. The first call over a large backlog is one long statement.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when the statement fails
+/// (nothing is aggregated then).
+pub fn aggregate_log<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Aggregation> {
+    settings.validate()?;
+    let key = statistics_lock_name(settings);
+    let row = client.query_one(&sql::log_aggregate(settings), &[&key])?;
+    let locked: bool = row.try_get("locked")?;
+    if !locked {
+        return Ok(Aggregation::Busy);
+    }
+    Ok(Aggregation::Folded {
+        log_rows: count_of(&row, "log_rows")?,
+        buckets: count_of(&row, "buckets")?,
+    })
+}
+
+/// Deletes log rows created more than `older_than` ago, after folding every log row into
+/// the statistics so that the counts survive. PgQueuer has no such operation; its log
+/// grows forever.
+///
+/// Runs in one transaction that first waits for the aggregation lock (so no
+/// lock-respecting aggregator is counting the rows it deletes), aggregates, then deletes.
+/// The statistics table keeps every count; only the per-job history (`job_statuses`,
+/// `wait_for` of long-finished jobs) of the deleted rows is lost.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `older_than` when it does not fit an interval;
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when a statement fails
+/// (nothing is deleted or aggregated then).
+pub fn prune_log<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+    older_than: Duration,
+) -> Result<Pruned> {
+    settings.validate()?;
+    let micros = micros_of("older_than", older_than)?;
+    let key = statistics_lock_name(settings);
+    let mut tx = client.transaction()?;
+    tx.execute(sql::STATISTICS_LOCK, &[&key])?;
+    let aggregated = match aggregate_log(&mut tx, settings)? {
+        Aggregation::Folded { log_rows, .. } => log_rows,
+        // The lock is ours; the try-lock of the same session cannot fail.
+        Aggregation::Busy => {
+            return Err(Error::Unexpected(
+                "the aggregation lock was taken but aggregation reported it busy".into(),
+            ));
+        }
+    };
+    let deleted = tx.execute(&sql::log_delete_before(settings), &[&micros])?;
+    tx.commit()?;
+    Ok(Pruned {
+        aggregated,
+        deleted,
+    })
+}
+
+/// Up to `limit` picked jobs whose last heartbeat is older than `threshold`, stalest
+/// first.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `threshold` when it does not fit an interval;
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+pub fn stale_jobs<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+    threshold: Duration,
+    limit: usize,
+) -> Result<Vec<StaleJob>> {
+    settings.validate()?;
+    let micros = micros_of("threshold", threshold)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    client
+        .query(&sql::queue_select_stale(settings), &[&micros, &limit])?
+        .iter()
+        .map(StaleJob::from_row)
+        .collect()
+}
+
+/// The workers holding picked jobs, by worker id.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+pub fn active_workers<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+) -> Result<Vec<ActiveWorker>> {
+    settings.validate()?;
+    client
+        .query(&sql::queue_select_workers(settings), &[])?
+        .iter()
+        .map(ActiveWorker::from_row)
+        .collect()
+}
+
+/// The backlog per entrypoint that has queued jobs: how many and how old, by entrypoint.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+pub fn queue_age<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Vec<QueueAge>> {
+    settings.validate()?;
+    client
+        .query(&sql::queue_select_age(settings), &[])?
+        .iter()
+        .map(QueueAge::from_row)
+        .collect()
+}
+
+/// Transitions per entrypoint and status over the last `window`, read from the
+/// statistics table (so call [`aggregate_log`] first for up-to-date counts); by
+/// entrypoint, then status.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `window` when it does not fit an interval;
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+pub fn throughput<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+    window: Duration,
+) -> Result<Vec<Throughput>> {
+    settings.validate()?;
+    let micros = micros_of("window", window)?;
+    client
+        .query(&sql::statistics_select_throughput(settings), &[&micros])?
+        .iter()
+        .map(|row| {
+            Ok(Throughput {
+                entrypoint: row.try_get("entrypoint")?,
+                status: status_of(row)?,
+                count: count_of(row, "count")?,
+            })
+        })
+        .collect()
+}
+
+/// The statements [`set_durability`] runs: `ALTER TABLE ... SET LOGGED|UNLOGGED` for the
+/// queue, log, statistics and schedules tables, in that order (for `pgq sql durability`).
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name.
+pub fn durability_sql(settings: &Settings, level: Durability) -> Result<String> {
+    settings.validate()?;
+    Ok(sql::tables_set_persistence(settings, level))
+}
+
+/// Switches the four tables to the persistence of `level`, in one transaction:
+/// [`Durability::Durable`] logs all four, [`Durability::Balanced`] leaves the log and
+/// statistics UNLOGGED, [`Durability::Volatile`] none. Rows are kept.
+///
+/// Each switch rewrites the table under an ACCESS EXCLUSIVE lock, so workers and
+/// producers wait for it; run it when the queue is quiet. UNLOGGED tables are emptied
+/// by crash recovery and not replicated.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when a table is missing or a
+/// statement fails (no table is changed then).
+pub fn set_durability<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+    level: Durability,
+) -> Result<()> {
+    run_in_transaction(client, &durability_sql(settings, level)?)
+}
+
+/// The statements [`autovacuum`] runs (for `pgq sql autovac`).
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name.
+pub fn autovacuum_sql(settings: &Settings, mode: Autovacuum) -> Result<String> {
+    settings.validate()?;
+    Ok(sql::tables_set_autovacuum(
+        settings,
+        mode == Autovacuum::Reset,
+    ))
+}
+
+/// Applies PgQueuer's recommended autovacuum storage parameters to the four tables, or
+/// resets them (see [`Autovacuum`]), in one transaction.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when a table is missing or a
+/// statement fails (no table is changed then).
+pub fn autovacuum<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+    mode: Autovacuum,
+) -> Result<()> {
+    run_in_transaction(client, &autovacuum_sql(settings, mode)?)
+}
+
+/// Subscribes `client` to `channel` (`LISTEN`, the name quoted as an identifier, as
+/// PgQueuer 1.6 does). Read what arrives with `client.notifications()`; build a fresh
+/// `timeout_iter` for every wait, as one that has returned `None` stays exhausted.
+///
+/// Use a connection of its own (see [`crate::connect_one`]): a pooled connection would
+/// keep listening after it returns to the pool.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `channel` when it is empty, longer than PostgreSQL's
+/// 63-byte identifier limit (the server would silently listen to a shorter name), or
+/// contains a NUL character; [`Error::Db`] when the statement fails.
+pub fn listen<C: GenericClient>(client: &mut C, channel: &str) -> Result<()> {
+    if channel.is_empty() || channel.len() > 63 || channel.contains('\0') {
+        return Err(Error::invalid(
+            "channel",
+            format!("{channel:?} is not a channel name (1 to 63 bytes, no NUL character)"),
+        ));
+    }
+    client.batch_execute(&sql::channel_listen(channel))?;
+    Ok(())
+}
+
+/// Runs `statements` (several, separated by semicolons) as one transaction.
+fn run_in_transaction<C: GenericClient>(client: &mut C, statements: &str) -> Result<()> {
+    let mut tx = client.transaction()?;
+    tx.batch_execute(statements)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The text whose `hashtext` is the aggregation lock key: the qualified statistics
+/// table name, as PgQueuer renders it.
+fn statistics_lock_name(settings: &Settings) -> String {
+    settings.qualify(&settings.statistics_table)
+}
+
+fn micros_of(field: &str, d: Duration) -> Result<i64> {
+    i64::try_from(d.as_micros())
+        .map_err(|_| Error::invalid(field, format!("{d:?} does not fit an interval")))
+}
+
+fn count_of(row: &Row, column: &str) -> Result<u64> {
+    let n: i64 = row.try_get(column)?;
+    u64::try_from(n).map_err(|_| Error::Unexpected(format!("negative {column}: {n}")))
+}
+
+fn status_of(row: &Row) -> Result<Status> {
+    let label: String = row.try_get("status")?;
+    Status::parse(&label).ok_or_else(|| Error::Unexpected(format!("unknown job status {label:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_job_json_replaces_the_payload_with_its_length() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        let job = Job {
+            id: 7,
+            priority: 2,
+            queue_manager_id: None,
+            created: t,
+            updated: t,
+            heartbeat: t,
+            execute_after: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            status: Status::Failed,
+            entrypoint: "email".into(),
+            dedupe_key: None,
+            payload: Some(b"hello".to_vec()),
+            headers: None,
+            attempts: 3,
+            slot: None,
+        };
+        let v = failed_job_json(&job);
+        assert_eq!(v["payload_bytes"], 5);
+        assert!(v.get("payload").is_none());
+        assert_eq!(v["created"], "2023-11-14T22:13:20.123456Z");
+        assert_eq!(v["execute_after"], "2023-11-14T22:13:20Z");
+        assert_eq!(v["status"], "failed");
+        assert_eq!(v["headers"], Value::Null);
+        assert_eq!(v["attempts"], 3);
+        let none = Job {
+            payload: None,
+            ..job
+        };
+        assert_eq!(failed_job_json(&none)["payload_bytes"], 0);
+    }
+
+    #[test]
+    fn huge_spans_are_rejected_by_name() {
+        let err = micros_of("older_than", Duration::MAX).unwrap_err();
+        assert!(err.to_string().contains("older_than"), "{err}");
+        assert_eq!(
+            micros_of("x", Duration::from_millis(1500)).unwrap(),
+            1_500_000
+        );
+    }
+
+    #[test]
+    fn the_lock_name_is_the_qualified_statistics_table() {
+        assert_eq!(
+            statistics_lock_name(&Settings::default()),
+            "pgqueuer_statistics"
+        );
+        assert_eq!(
+            statistics_lock_name(&Settings::with_prefix("app_").schema("myq")),
+            "myq.app_pgqueuer_statistics"
+        );
+    }
+}

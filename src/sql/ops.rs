@@ -1,0 +1,292 @@
+//! The operator's statements: statistics aggregation, log pruning, insight queries
+//! (stale jobs, active workers, backlog age, throughput), table persistence and
+//! autovacuum tuning, and LISTEN.
+//!
+//! Rendered per call from validated [`Settings`]; these run once per command, not per
+//! job, so nothing is cached. Time spans travel as microseconds (`bigint`) and are turned
+//! into an exact interval in SQL by [`micros_interval`].
+
+use crate::settings::{Durability, Settings};
+
+/// The interval of `param` microseconds (a `bigint` bind), exact: whole seconds plus the
+/// microsecond remainder, never days, so it means the same elapsed time across a
+/// daylight-saving change.
+fn micros_interval(param: &str) -> String {
+    format!(
+        "(({param}::bigint / 1000000) * interval '1 second' \
+         + ({param}::bigint % 1000000) * interval '1 microsecond')"
+    )
+}
+
+/// The advisory-lock key expression of statistics aggregation: `hashtext` of the
+/// qualified statistics table name, bound as `$1 text` (PgQueuer's key).
+const STATISTICS_LOCK_KEY: &str = "hashtext($1::text)";
+
+/// Folds every unaggregated log row into the per-second statistics table, guarded by
+/// `pg_try_advisory_xact_lock(hashtext($1))` so that only one aggregator runs at a time
+/// (a loser does nothing and reports `locked = false`).
+///
+/// Returns one row: `locked bool`, `log_rows bigint` (rows marked aggregated),
+/// `buckets bigint` (statistics rows inserted or added to).
+///
+/// Unlike PgQueuer's statement, which counts a snapshot of the log in one CTE and marks
+/// rows in another, this one counts exactly the rows its UPDATE marked (the UPDATE's
+/// RETURNING feeds the rollup), so a row is never counted without being marked or
+/// marked without being counted.
+pub(crate) fn log_aggregate(s: &Settings) -> String {
+    let log = s.qualify(&s.queue_table_log);
+    let stats = s.qualify(&s.statistics_table);
+    format!(
+        "WITH guard AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock({STATISTICS_LOCK_KEY}) AS locked
+),
+marked AS (
+    UPDATE {log} AS l
+       SET aggregated = TRUE
+      FROM guard
+     WHERE guard.locked AND NOT l.aggregated
+    RETURNING l.entrypoint, l.priority, l.status, date_trunc('sec', l.created) AS second
+),
+buckets AS (
+    SELECT entrypoint, priority, status, second, count(*) AS n
+      FROM marked
+     GROUP BY entrypoint, priority, status, second
+),
+merged AS (
+    INSERT INTO {stats} AS st (count, created, entrypoint, priority, status)
+    SELECT n, second, entrypoint, priority, status FROM buckets
+    ON CONFLICT (priority, date_trunc('sec', timezone('UTC', created)), status, entrypoint)
+    DO UPDATE SET count = st.count + EXCLUDED.count
+    RETURNING 1
+)
+SELECT (SELECT locked FROM guard) AS locked,
+       (SELECT count(*) FROM marked) AS log_rows,
+       (SELECT count(*) FROM merged) AS buckets"
+    )
+}
+
+/// Waits for the statistics aggregation lock (`$1 text`: the qualified statistics table
+/// name), held until the transaction ends.
+pub(crate) const STATISTICS_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext($1::text))";
+
+/// Deletes log rows created more than `$1 bigint` microseconds ago, except rows still
+/// marked unaggregated (`aggregated = false`); returns nothing, the affected row count
+/// is the number deleted. Run after [`log_aggregate`] in the same transaction, that
+/// exception only spares rows committed in between, which the next aggregation counts.
+pub(crate) fn log_delete_before(s: &Settings) -> String {
+    let log = s.qualify(&s.queue_table_log);
+    format!(
+        "DELETE FROM {log}
+ WHERE created < now() - {interval}
+   AND aggregated IS DISTINCT FROM FALSE",
+        interval = micros_interval("$1")
+    )
+}
+
+/// Picked rows whose heartbeat is older than `$1 bigint` microseconds, stalest first, at
+/// most `$2 bigint`, with `seconds_since_heartbeat float8`.
+pub(crate) fn queue_select_stale(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT id, priority, queue_manager_id, created, updated, heartbeat, execute_after,
+       status::text AS status, entrypoint,
+       EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS seconds_since_heartbeat
+  FROM {queue}
+ WHERE status = 'picked'::{status}
+   AND heartbeat < now() - {interval}
+ ORDER BY heartbeat, id
+ LIMIT $2::bigint",
+        interval = micros_interval("$1")
+    )
+}
+
+/// Per worker (`queue_manager_id`) holding picked rows: how many, the oldest and newest
+/// heartbeat, and the distinct entrypoints (sorted); ordered by worker id.
+pub(crate) fn queue_select_workers(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT queue_manager_id, count(*) AS active_jobs,
+       min(heartbeat) AS oldest_heartbeat, max(heartbeat) AS newest_heartbeat,
+       array_agg(DISTINCT entrypoint ORDER BY entrypoint) AS entrypoints
+  FROM {queue}
+ WHERE status = 'picked'::{status} AND queue_manager_id IS NOT NULL
+ GROUP BY queue_manager_id
+ ORDER BY queue_manager_id"
+    )
+}
+
+/// Per entrypoint with queued rows (deferred ones included): how many, the oldest
+/// `created`, and the oldest and average age in seconds (`float8`); by entrypoint.
+pub(crate) fn queue_select_age(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT entrypoint, count(*) AS queued_count, min(created) AS oldest_created,
+       EXTRACT(EPOCH FROM now() - min(created))::float8 AS oldest_age_seconds,
+       avg(EXTRACT(EPOCH FROM now() - created)::float8) AS avg_age_seconds
+  FROM {queue}
+ WHERE status = 'queued'::{status}
+ GROUP BY entrypoint
+ ORDER BY entrypoint"
+    )
+}
+
+/// Statistics counts per entrypoint and status over buckets newer than `$1 bigint`
+/// microseconds ago; ordered by entrypoint, then status (the enum's order).
+pub(crate) fn statistics_select_throughput(s: &Settings) -> String {
+    let stats = s.qualify(&s.statistics_table);
+    format!(
+        "SELECT entrypoint, status::text AS status, sum(count)::bigint AS count
+  FROM {stats}
+ WHERE created > now() - {interval}
+ GROUP BY entrypoint, status
+ ORDER BY entrypoint, status",
+        interval = micros_interval("$1")
+    )
+}
+
+/// `ALTER TABLE ... SET LOGGED|UNLOGGED` for the four tables, in PgQueuer's order (queue,
+/// log, statistics, schedules), one statement per line.
+pub(crate) fn tables_set_persistence(s: &Settings, level: Durability) -> String {
+    let (queue_logged, log_logged) = match level {
+        Durability::Durable => (true, true),
+        Durability::Balanced => (true, false),
+        Durability::Volatile => (false, false),
+    };
+    let mode = |logged: bool| if logged { "LOGGED" } else { "UNLOGGED" };
+    [
+        (&s.queue_table, queue_logged),
+        (&s.queue_table_log, log_logged),
+        (&s.statistics_table, log_logged),
+        (&s.schedules_table, queue_logged),
+    ]
+    .iter()
+    .map(|(table, logged)| format!("ALTER TABLE {} SET {};\n", s.qualify(table), mode(*logged)))
+    .collect()
+}
+
+/// Reloptions for the tables that churn (queue, schedules): vacuum early and fast, leave
+/// room on each page for HOT updates.
+const HOT_TABLE_OPTIONS: [(&str, &str); 7] = [
+    ("autovacuum_vacuum_scale_factor", "0.01"),
+    ("autovacuum_vacuum_threshold", "1000"),
+    ("autovacuum_analyze_scale_factor", "0.02"),
+    ("autovacuum_analyze_threshold", "500"),
+    ("autovacuum_vacuum_cost_limit", "10000"),
+    ("autovacuum_vacuum_cost_delay", "0"),
+    ("fillfactor", "70"),
+];
+
+/// Reloptions for the append-mostly tables (log, statistics): vacuum rarely.
+const APPEND_TABLE_OPTIONS: [(&str, &str); 4] = [
+    ("autovacuum_vacuum_scale_factor", "0.95"),
+    ("autovacuum_vacuum_threshold", "1000000"),
+    ("autovacuum_analyze_scale_factor", "0.05"),
+    ("autovacuum_analyze_threshold", "10000"),
+];
+
+/// `ALTER TABLE ... SET (...)` with PgQueuer's recommended autovacuum settings (queue and
+/// schedules, then log and statistics), or with `reset` the `RESET (...)` of the same
+/// keys.
+pub(crate) fn tables_set_autovacuum(s: &Settings, reset: bool) -> String {
+    let tables: [(&String, &[(&str, &str)]); 4] = [
+        (&s.queue_table, &HOT_TABLE_OPTIONS),
+        (&s.schedules_table, &HOT_TABLE_OPTIONS),
+        (&s.queue_table_log, &APPEND_TABLE_OPTIONS),
+        (&s.statistics_table, &APPEND_TABLE_OPTIONS),
+    ];
+    tables
+        .iter()
+        .map(|(table, options)| {
+            let list = options
+                .iter()
+                .map(|(key, value)| {
+                    if reset {
+                        format!("    {key}")
+                    } else {
+                        format!("    {key} = {value}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",\n");
+            let verb = if reset { "RESET" } else { "SET" };
+            format!("ALTER TABLE {} {verb} (\n{list}\n);\n", s.qualify(table))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `LISTEN "<channel>"`, the channel quoted as an identifier (embedded quotes doubled),
+/// as PgQueuer 1.6 issues it.
+pub(crate) fn channel_listen(channel: &str) -> String {
+    format!("LISTEN \"{}\"", channel.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_prefix_and_schema() {
+        let s = Settings::with_prefix("app_").schema("myq");
+        assert!(log_aggregate(&s).contains("UPDATE myq.app_pgqueuer_log AS l"));
+        assert!(log_aggregate(&s).contains("INSERT INTO myq.app_pgqueuer_statistics AS st"));
+        assert!(queue_select_stale(&s).contains("'picked'::myq.app_pgqueuer_status"));
+        assert!(statistics_select_throughput(&s).contains("FROM myq.app_pgqueuer_statistics"));
+    }
+
+    #[test]
+    fn the_arbiter_restates_the_unique_count_index() {
+        // PostgreSQL infers the unique index only from the same expressions.
+        assert!(log_aggregate(&Settings::default()).contains(
+            "ON CONFLICT (priority, date_trunc('sec', timezone('UTC', created)), status, entrypoint)"
+        ));
+    }
+
+    #[test]
+    fn persistence_follows_the_levels() {
+        let s = Settings::default();
+        assert_eq!(
+            tables_set_persistence(&s, Durability::Balanced),
+            "ALTER TABLE pgqueuer SET LOGGED;\n\
+             ALTER TABLE pgqueuer_log SET UNLOGGED;\n\
+             ALTER TABLE pgqueuer_statistics SET UNLOGGED;\n\
+             ALTER TABLE pgqueuer_schedules SET LOGGED;\n"
+        );
+        assert!(!tables_set_persistence(&s, Durability::Durable).contains("UNLOGGED"));
+        assert_eq!(
+            tables_set_persistence(&s, Durability::Volatile)
+                .matches("UNLOGGED")
+                .count(),
+            4
+        );
+    }
+
+    #[test]
+    fn autovacuum_sets_and_resets_the_same_keys() {
+        let s = Settings::default();
+        let set = tables_set_autovacuum(&s, false);
+        let reset = tables_set_autovacuum(&s, true);
+        assert_eq!(set.matches("ALTER TABLE").count(), 4);
+        assert!(
+            set.contains("ALTER TABLE pgqueuer SET (\n    autovacuum_vacuum_scale_factor = 0.01,")
+        );
+        assert!(set.contains("    fillfactor = 70\n);"));
+        assert!(set.contains(
+            "ALTER TABLE pgqueuer_log SET (\n    autovacuum_vacuum_scale_factor = 0.95,"
+        ));
+        assert!(reset.contains(
+            "ALTER TABLE pgqueuer_schedules RESET (\n    autovacuum_vacuum_scale_factor,"
+        ));
+        assert!(!reset.contains('='));
+        assert_eq!(set.matches(" = ").count(), reset.matches("    ").count());
+    }
+
+    #[test]
+    fn listen_quotes_the_channel() {
+        assert_eq!(channel_listen("ch_pgqueuer"), "LISTEN \"ch_pgqueuer\"");
+        assert_eq!(channel_listen("a\"b.c-d"), "LISTEN \"a\"\"b.c-d\"");
+    }
+}
