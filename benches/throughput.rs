@@ -27,7 +27,10 @@ use pgqueuer::postgres::{Client, Config, NoTls};
 use pgqueuer::{EntrypointOptions, NewJob, Pool, Queue, Worker};
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 struct BenchDb {
@@ -45,8 +48,12 @@ impl BenchDb {
             panic!("cannot reach PostgreSQL at {admin_dsn}: {e:?} (start it, or set PGQUEUER_BENCH_DSN)")
         });
         let name = format!("pgqbench_throughput_{}", std::process::id());
-        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).unwrap();
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+            .unwrap();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
         let host = match config.get_hosts().first() {
             Some(pgqueuer::postgres::config::Host::Tcp(h)) => h.clone(),
             _ => "127.0.0.1".into(),
@@ -62,21 +69,29 @@ impl BenchDb {
     }
 
     fn pool(&self, size: u32) -> Pool {
-        let options = pgqueuer::ConnectOptions { max_size: size, min_idle: 0, ..Default::default() };
+        let options = pgqueuer::ConnectOptions {
+            max_size: size,
+            min_idle: 0,
+            ..Default::default()
+        };
         pgqueuer::connect_with(&self.dsn, &options).unwrap()
     }
 
     /// Empties the tables and checkpoints, so every run starts alike.
     fn reset(&self, pool: &Pool) {
         let mut conn = pool.get().unwrap();
-        conn.batch_execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics").unwrap();
+        conn.batch_execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
+            .unwrap();
         conn.batch_execute("CHECKPOINT").unwrap();
     }
 }
 
 impl Drop for BenchDb {
     fn drop(&mut self) {
-        let _ = self.admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        let _ = self.admin.batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
     }
 }
 
@@ -88,21 +103,34 @@ struct Row {
     note: String,
 }
 
-fn worker(pool: &Pool, threads: usize, batch: usize, limit: u32, counter: &Arc<AtomicU64>) -> Worker {
+fn worker(
+    pool: &Pool,
+    threads: usize,
+    batch: usize,
+    limit: u32,
+    counter: &Arc<AtomicU64>,
+) -> Worker {
     let counter = counter.clone();
     Worker::builder(pool.clone())
         .threads(threads)
         .batch_size(batch)
-        .entrypoint_with("fetch", EntrypointOptions::new().concurrency_limit(limit), move |_job, _ctx| {
-            counter.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        })
+        .entrypoint_with(
+            "fetch",
+            EntrypointOptions::new().concurrency_limit(limit),
+            move |_job, _ctx| {
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            },
+        )
         .build()
         .unwrap()
 }
 
 /// Producers and a worker at once; handler calls per second inside the window.
-#[allow(clippy::too_many_arguments, reason = "a benchmark shape is its parameters")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a benchmark shape is its parameters"
+)]
 fn flow(
     db: &BenchDb,
     threads: usize,
@@ -115,14 +143,18 @@ fn flow(
     let pool = db.pool(u32::try_from(threads + producers).unwrap() + 3);
     db.reset(&pool);
     let counter = Arc::new(AtomicU64::new(0));
-    let running = worker(&pool, threads, batch, limit, &counter).start().unwrap();
+    let running = worker(&pool, threads, batch, limit, &counter)
+        .start()
+        .unwrap();
     let stop = AtomicBool::new(false);
     let rate = std::thread::scope(|scope| {
         for _ in 0..producers {
             let queue = Queue::new(pool.clone());
             let stop = &stop;
             scope.spawn(move || {
-                let jobs: Vec<NewJob> = (0..producer_batch).map(|i| NewJob::new("fetch", i.to_string().into_bytes())).collect();
+                let jobs: Vec<NewJob> = (0..producer_batch)
+                    .map(|i| NewJob::new("fetch", i.to_string().into_bytes()))
+                    .collect();
                 while !stop.load(Ordering::Relaxed) {
                     queue.enqueue_many(&jobs).unwrap();
                 }
@@ -150,17 +182,26 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
     let pool = db.pool(u32::try_from(threads).unwrap() + 3);
     db.reset(&pool);
     let queue = Queue::new(pool.clone());
-    let all: Vec<NewJob> = (0..jobs).map(|i| NewJob::new("fetch", i.to_string().into_bytes())).collect();
+    let all: Vec<NewJob> = (0..jobs)
+        .map(|i| NewJob::new("fetch", i.to_string().into_bytes()))
+        .collect();
     for chunk in all.chunks(5_000) {
         queue.enqueue_many(chunk).unwrap();
     }
-    pool.get().unwrap().batch_execute("VACUUM ANALYZE pgqueuer").unwrap();
+    pool.get()
+        .unwrap()
+        .batch_execute("VACUUM ANALYZE pgqueuer")
+        .unwrap();
     let counter = Arc::new(AtomicU64::new(0));
     let w = worker(&pool, threads, batch, 0, &counter);
     let started = Instant::now();
     w.run_until_empty().unwrap();
     let elapsed = started.elapsed().as_secs_f64();
-    assert_eq!(counter.load(Ordering::Relaxed), jobs as u64, "the drain missed jobs");
+    assert_eq!(
+        counter.load(Ordering::Relaxed),
+        jobs as u64,
+        "the drain missed jobs"
+    );
     jobs as f64 / elapsed
 }
 
@@ -198,7 +239,9 @@ fn latency(db: &BenchDb, n: usize, gap: Duration) -> Vec<Duration> {
         }
     }
     while latencies.len() < n {
-        let (id, started) = rx.recv_timeout(Duration::from_secs(10)).expect("a job never started");
+        let (id, started) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a job never started");
         latencies.push(started - sent[&id]);
     }
     running.join().unwrap();
@@ -223,15 +266,24 @@ fn peak_rss_mib() -> f64 {
 
 fn main() {
     let quick = env_or("PGQ_BENCH_QUICK", 0) == 1;
-    let window = Duration::from_secs_f64(env_or("PGQ_BENCH_WINDOW", if quick { 1.0 } else { 10.0 }));
+    let window =
+        Duration::from_secs_f64(env_or("PGQ_BENCH_WINDOW", if quick { 1.0 } else { 10.0 }));
     let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
-    let shapes: String = env_or("PGQ_BENCH_SHAPES", "flow,drain,limits,latency,memory".to_owned());
+    let shapes: String = env_or(
+        "PGQ_BENCH_SHAPES",
+        "flow,drain,limits,latency,memory".to_owned(),
+    );
     let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
     let db = BenchDb::create();
     let mut rows: Vec<Row> = Vec::new();
     let mut record = |shape: String, value: f64, unit: &'static str, note: String| {
         eprintln!("  {shape:<34} {value:>10.1} {unit} {note}");
-        rows.push(Row { shape, value, unit, note });
+        rows.push(Row {
+            shape,
+            value,
+            unit,
+            note,
+        });
     };
     eprintln!("throughput bench: window {window:?}, drain {drain_jobs} jobs");
     if wants("flow") {
@@ -244,13 +296,23 @@ fn main() {
         ];
         for &(name, threads, batch, producers, pbatch) in shapes {
             let (rate, backlog) = flow(&db, threads, batch, producers, pbatch, 0, window);
-            record(name.into(), rate, "jobs/s", format!("backlog after: {backlog}"));
+            record(
+                name.into(),
+                rate,
+                "jobs/s",
+                format!("backlog after: {backlog}"),
+            );
         }
     }
     if wants("drain") {
         for (threads, batch) in [(4, 10), (16, 50)] {
             let rate = drain(&db, drain_jobs, threads, batch);
-            record(format!("drain {drain_jobs} ({threads} thr, batch {batch})"), rate, "jobs/s", String::new());
+            record(
+                format!("drain {drain_jobs} ({threads} thr, batch {batch})"),
+                rate,
+                "jobs/s",
+                String::new(),
+            );
         }
     }
     if wants("limits") {
@@ -258,26 +320,65 @@ fn main() {
         for limit in [0u32, 10, 5_000] {
             let (rate, backlog) = flow(&db, 16, 10, 1, 10, limit, window);
             rates.push(rate);
-            let name = if limit == 0 { "limits: unlimited".to_owned() } else { format!("limits: limit {limit}") };
+            let name = if limit == 0 {
+                "limits: unlimited".to_owned()
+            } else {
+                format!("limits: limit {limit}")
+            };
             record(name, rate, "jobs/s", format!("backlog after: {backlog}"));
         }
-        record("limits: 5000 / 10".into(), rates[2] / rates[1], "ratio", "target 0.90-1.10".into());
-        record("limits: limit 10 / unlimited".into(), rates[1] / rates[0], "ratio", "target >= 0.5".into());
+        record(
+            "limits: 5000 / 10".into(),
+            rates[2] / rates[1],
+            "ratio",
+            "target 0.90-1.10".into(),
+        );
+        record(
+            "limits: limit 10 / unlimited".into(),
+            rates[1] / rates[0],
+            "ratio",
+            "target >= 0.5".into(),
+        );
     }
     if wants("latency") {
         let n = if quick { 20 } else { 200 };
         let idle = latency(&db, n, Duration::from_millis(50));
-        record("latency idle: median".into(), percentile(&idle, 0.5).as_secs_f64() * 1e3, "ms", format!("{n} jobs, 50 ms apart"));
-        record("latency idle: p99".into(), percentile(&idle, 0.99).as_secs_f64() * 1e3, "ms", String::new());
+        record(
+            "latency idle: median".into(),
+            percentile(&idle, 0.5).as_secs_f64() * 1e3,
+            "ms",
+            format!("{n} jobs, 50 ms apart"),
+        );
+        record(
+            "latency idle: p99".into(),
+            percentile(&idle, 0.99).as_secs_f64() * 1e3,
+            "ms",
+            String::new(),
+        );
         let trickle = latency(&db, n * 5, Duration::from_millis(5));
-        record("latency trickle 200/s: median".into(), percentile(&trickle, 0.5).as_secs_f64() * 1e3, "ms", format!("{} jobs", n * 5));
-        record("latency trickle 200/s: p99".into(), percentile(&trickle, 0.99).as_secs_f64() * 1e3, "ms", String::new());
+        record(
+            "latency trickle 200/s: median".into(),
+            percentile(&trickle, 0.5).as_secs_f64() * 1e3,
+            "ms",
+            format!("{} jobs", n * 5),
+        );
+        record(
+            "latency trickle 200/s: p99".into(),
+            percentile(&trickle, 0.99).as_secs_f64() * 1e3,
+            "ms",
+            String::new(),
+        );
     }
     if wants("memory") {
         if !wants("flow") {
             flow(&db, 16, 10, 1, 10, 0, window);
         }
-        record("peak RSS (16-thread worker + producers)".into(), peak_rss_mib(), "MiB", "target < 30".into());
+        record(
+            "peak RSS (16-thread worker + producers)".into(),
+            peak_rss_mib(),
+            "MiB",
+            "target < 30".into(),
+        );
     }
     println!();
     println!("| shape | value | unit | note |");
@@ -287,7 +388,11 @@ fn main() {
     }
     if let Ok(path) = std::env::var("PGQ_BENCH_JSON") {
         use std::io::Write;
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
         for r in &rows {
             let line = serde_json::json!({"impl": "rust", "shape": r.shape, "value": r.value, "unit": r.unit, "note": r.note});
             writeln!(file, "{line}").unwrap();
