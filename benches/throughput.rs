@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench --bench throughput` (needs PostgreSQL; admin DSN from
 //! `PGQUEUER_BENCH_DSN`, default `postgres://postgres@127.0.0.1:5432/postgres`).
-//! Creates and drops its own database. Sizes from the environment:
+//! Creates and drops its own database (or uses `PGQ_BENCH_DATABASE`, keeping it). Sizes
+//! from the environment:
 //! - `PGQ_BENCH_WINDOW` seconds per flow measurement (default 10), after 2 s of warm-up;
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of `flow,drain,limits,latency,memory`;
@@ -37,6 +38,8 @@ struct BenchDb {
     admin: Client,
     name: String,
     dsn: String,
+    /// Created (and so dropped) by this run.
+    owned: bool,
 }
 
 impl BenchDb {
@@ -47,13 +50,19 @@ impl BenchDb {
         let mut admin = config.connect(NoTls).unwrap_or_else(|e| {
             panic!("cannot reach PostgreSQL at {admin_dsn}: {e:?} (start it, or set PGQUEUER_BENCH_DSN)")
         });
-        let name = format!("pgqbench_throughput_{}", std::process::id());
-        admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
-            .unwrap();
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .unwrap();
+        // An existing database (compare.sh) is used as is and kept; otherwise a fresh one.
+        let (name, owned) = match std::env::var("PGQ_BENCH_DATABASE") {
+            Ok(name) => (name, false),
+            Err(_) => (format!("pgqbench_throughput_{}", std::process::id()), true),
+        };
+        if owned {
+            admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+                .unwrap();
+            admin
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .unwrap();
+        }
         let host = match config.get_hosts().first() {
             Some(pgqueuer::postgres::config::Host::Tcp(h)) => h.clone(),
             _ => "127.0.0.1".into(),
@@ -63,7 +72,12 @@ impl BenchDb {
             config.get_ports().first().copied().unwrap_or(5432),
             config.get_user().unwrap_or("postgres"),
         );
-        let db = BenchDb { admin, name, dsn };
+        let db = BenchDb {
+            admin,
+            name,
+            dsn,
+            owned,
+        };
         pgqueuer::upgrade(db.pool(1).get().unwrap().client()).unwrap();
         db
     }
@@ -88,6 +102,9 @@ impl BenchDb {
 
 impl Drop for BenchDb {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let _ = self.admin.batch_execute(&format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.name
@@ -265,6 +282,7 @@ fn peak_rss_mib() -> f64 {
 }
 
 fn main() {
+    let _ = env_logger::try_init();
     let quick = env_or("PGQ_BENCH_QUICK", 0) == 1;
     let window =
         Duration::from_secs_f64(env_or("PGQ_BENCH_WINDOW", if quick { 1.0 } else { 10.0 }));

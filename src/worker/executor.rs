@@ -49,22 +49,37 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         if run.stopping() {
             break;
         }
+        if run.claiming.swap(true, Ordering::SeqCst) {
+            // Another thread is claiming for every idle thread, this one included.
+            wait(run, ch, run.inner.dequeue_timeout, &mut conn, &mut rng);
+            continue;
+        }
         let take = run.reserve(run.inner.batch_size);
         if take == 0 {
             // Every idle thread is promised a handed-over job; ours is on its way.
+            run.claiming.store(false, Ordering::SeqCst);
             wait(run, ch, Duration::from_millis(5), &mut conn, &mut rng);
             continue;
         }
+        run.changed.store(false, Ordering::SeqCst);
         let claimed = connection(run, &mut conn).and_then(|c| run.inner.claimer.claim(c, take));
+        run.claiming.store(false, Ordering::SeqCst);
         match claimed {
             Ok(claim) => {
                 backoff = Duration::from_millis(50);
                 let n = claim.jobs.len();
                 run.release(take - n);
+                if n < take && run.changed.load(Ordering::SeqCst) {
+                    // Jobs may have arrived after this claim's snapshot: look again.
+                    let _ = ch.wake_tx.try_send(());
+                }
                 if n == 0 {
                     if claim.lost_race {
                         // The winner has committed; claim again in a moment.
                         std::thread::sleep(rng.duration(Duration::from_micros(500)));
+                        continue;
+                    }
+                    if run.changed.load(Ordering::SeqCst) {
                         continue;
                     }
                     idle(run, ch, &mut conn, &mut rng);

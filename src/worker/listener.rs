@@ -38,6 +38,7 @@ pub(crate) fn run(run: &Run, wake: &Sender<()>, alive: &Receiver<()>) {
         };
         backoff = Duration::from_millis(50);
         // Notifications sent while no LISTEN was active are lost: every idle thread looks.
+        run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
         for _ in 0..run.inner.threads {
             let _ = wake.try_send(());
         }
@@ -65,6 +66,7 @@ fn connect(run: &Run) -> Result<Client, postgres::Error> {
 fn handle(run: &Run, wake: &Sender<()>, payload: &str, probe: &mut Option<(uuid::Uuid, Instant)>) {
     match Event::parse(payload) {
         Ok(Event::TableChanged(_)) => {
+            run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
             let _ = wake.try_send(());
         }
         Ok(Event::Cancellation(c)) => {

@@ -322,6 +322,13 @@ pub(crate) struct Run {
     /// to a batch of these before claiming, so a claim never takes more jobs than there
     /// are threads to start them.
     pub(crate) free: AtomicUsize,
+    /// Held by the one executor that is claiming: a single claimer at a time takes every
+    /// idle thread's share in one statement, where several claiming at once would each
+    /// take a sliver (and pay a commit each).
+    pub(crate) claiming: AtomicBool,
+    /// Set by the listener on every table change; the claimer clears it before claiming
+    /// and claims again if it was set meanwhile (the change may postdate its snapshot).
+    pub(crate) changed: AtomicBool,
     /// Counters for the summary.
     pub(crate) counters: Counters,
 }
@@ -457,6 +464,8 @@ impl Worker {
             drain,
             running: Mutex::new(HashMap::new()),
             free: AtomicUsize::new(inner.threads),
+            claiming: AtomicBool::new(false),
+            changed: AtomicBool::new(false),
             counters: Counters::default(),
         };
         let (wake_tx, wake_rx) = crossbeam_channel::bounded::<()>(inner.threads);
