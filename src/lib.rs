@@ -33,6 +33,7 @@
 
 mod claim;
 mod connect;
+mod cron;
 mod error;
 pub mod events;
 mod job;
@@ -44,6 +45,7 @@ pub mod sqlstate;
 
 pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
 pub use connect::{Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_with};
+pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{Job, JobId, Status};
 pub use queue::{NewJob, OnConflict, Queue, QueueSize};
