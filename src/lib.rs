@@ -30,6 +30,15 @@
 //! [`OnConflict`] says what a dedupe key held by a queued or picked job does. The same
 //! type cancels, inspects, clears and requeues jobs and waits for them to finish. The
 //! NOTIFY payloads shared with Python are in [`events`].
+//!
+//! # Scheduling
+//!
+//! [`Scheduler`] runs handlers at the times of cron expressions ([`Cron`]: 5 fields, or 6
+//! with seconds last, read exactly as PgQueuer's croniter reads them) and shares
+//! PgQueuer's schedules table with Python's `SchedulerManager`: a schedule registered on
+//! either side fires once per due time across every process that registered it, and a
+//! schedule whose scheduler died is taken over after 30 s. [`schedules`] lists and
+//! removes the rows.
 
 mod claim;
 mod connect;
@@ -38,8 +47,11 @@ mod error;
 pub mod events;
 mod job;
 mod queue;
+mod scheduler;
+pub mod schedules;
 mod schema;
 mod settings;
+mod shutdown;
 mod sql;
 pub mod sqlstate;
 
@@ -49,11 +61,14 @@ pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{Job, JobId, Status};
 pub use queue::{NewJob, OnConflict, Queue, QueueSize};
+pub use scheduler::Scheduler;
+pub use schedules::{Schedule, ScheduleId};
 pub use schema::{
     UpgradeReport, describe_with, uninstall, uninstall_with, upgrade, upgrade_sql, upgrade_with,
     verify, verify_with,
 };
 pub use settings::{Durability, Settings};
+pub use shutdown::ShutdownHandle;
 
 /// Re-exported so users need not match versions by hand.
 pub use postgres;

@@ -8,4 +8,5 @@ mod connect;
 mod harness;
 mod proxy;
 mod queue;
+mod scheduler;
 mod schema;
