@@ -23,7 +23,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dsn = args.next().unwrap_or_default();
     let seconds: u64 = match args.next() {
-        Some(s) => s.parse().map_err(|_| format!("not a number of seconds: {s:?}"))?,
+        Some(s) => s
+            .parse()
+            .map_err(|_| format!("not a number of seconds: {s:?}"))?,
         None => 30,
     };
     let expression = args.next().unwrap_or_else(|| "* * * * * *".to_owned());
@@ -51,22 +53,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let process = format!("pid-{}", std::process::id());
     let handler_pool = pool.clone();
     let mut scheduler = Scheduler::new(pool);
-    scheduler.threads(1).schedule(entrypoint, &expression, move |schedule| {
-        let mut conn = handler_pool.get()?;
-        conn.execute(
-            "INSERT INTO scheduler_example_fires (process, schedule_id, picked_at, next_run)
+    scheduler
+        .threads(1)
+        .schedule(entrypoint, &expression, move |schedule| {
+            let mut conn = handler_pool.get()?;
+            conn.execute(
+                "INSERT INTO scheduler_example_fires (process, schedule_id, picked_at, next_run)
              VALUES ($1, $2, $3, $4)",
-            &[
-                &process,
-                &schedule.id,
-                &schedule.updated,
-                &schedule.next_run,
-            ],
-        )?;
-        let at = schedule.updated.duration_since(UNIX_EPOCH)?;
-        log::info!("{process} fired schedule {} claimed at {at:?}", schedule.id);
-        Ok(())
-    })?;
+                &[
+                    &process,
+                    &schedule.id,
+                    &schedule.updated,
+                    &schedule.next_run,
+                ],
+            )?;
+            let at = schedule.updated.duration_since(UNIX_EPOCH)?;
+            log::info!("{process} fired schedule {} claimed at {at:?}", schedule.id);
+            Ok(())
+        })?;
 
     let stop = scheduler.shutdown_handle();
     let timer = std::thread::spawn(move || {

@@ -296,8 +296,13 @@ impl Scheduler {
             }
             drop(job_rx);
             runner.claim_loop(stop, |schedule, index| {
-                // The receivers live until the handler threads end, after this loop.
-                let _ = job_tx.send((schedule, index));
+                let id = schedule.id;
+                // Fails only if every handler thread has ended, which they do only once
+                // this sender is dropped; release the row rather than leave it claimed.
+                if job_tx.send((schedule, index)).is_err() {
+                    runner.active().remove(&id);
+                    runner.release(id);
+                }
             });
             // Let the handler threads finish what was claimed, keeping heartbeats
             // going until they have; then stop the heartbeat.
@@ -553,7 +558,10 @@ fn check_entrypoint(entrypoint: &str) -> Result<()> {
 
 /// Microseconds from `now` to `then` (zero if `then` has passed).
 fn micros_until(now: SystemTime, then: SystemTime) -> i64 {
-    let micros = then.duration_since(now).unwrap_or(Duration::ZERO).as_micros();
+    let micros = then
+        .duration_since(now)
+        .unwrap_or(Duration::ZERO)
+        .as_micros();
     i64::try_from(micros).unwrap_or(i64::MAX)
 }
 

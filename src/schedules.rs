@@ -64,12 +64,13 @@ impl Schedule {
     /// Reads a row returned with the schedule columns (`status` as text).
     pub(crate) fn from_row(row: &postgres::Row) -> Result<Schedule> {
         let status: Option<String> = row.try_get("status")?;
-        let status = match status {
-            None => None,
-            Some(label) => Some(Status::parse(&label).ok_or_else(|| {
-                Error::Unexpected(format!("unknown schedule status {label:?}"))
-            })?),
-        };
+        let status =
+            match status {
+                None => None,
+                Some(label) => Some(Status::parse(&label).ok_or_else(|| {
+                    Error::Unexpected(format!("unknown schedule status {label:?}"))
+                })?),
+            };
         Ok(Schedule {
             id: row.try_get("id")?,
             expression: row.try_get("expression")?,

@@ -129,7 +129,8 @@ fn failing_and_panicking_handlers_do_not_stop_it() {
         .unwrap();
     let (stop, thread) = start(scheduler);
     assert!(
-        wait_until(Duration::from_secs(10), || calls.load(Ordering::SeqCst) >= 3),
+        wait_until(Duration::from_secs(10), || calls.load(Ordering::SeqCst)
+            >= 3),
         "the schedule stopped after a panic or an error"
     );
     stop.shutdown();
@@ -169,7 +170,10 @@ fn heartbeats_while_running_and_shutdown_waits() {
     stop.shutdown();
     let asked = Instant::now();
     thread.join().unwrap().unwrap();
-    assert!(finished.load(Ordering::SeqCst) >= 1, "run() returned mid-handler");
+    assert!(
+        finished.load(Ordering::SeqCst) >= 1,
+        "run() returned mid-handler"
+    );
     assert!(asked.elapsed() < Duration::from_secs(10));
     assert_eq!(rows(&db)[0].status, Some(Status::Queued));
 }
@@ -368,7 +372,12 @@ fn three_processes_fire_an_every_second_schedule_once_per_second() {
     let children: Vec<_> = (0..3)
         .map(|_| {
             Command::new(&exe)
-                .args([db.dsn(), seconds.to_string(), "* * * * * *".into(), "race".into()])
+                .args([
+                    db.dsn(),
+                    seconds.to_string(),
+                    "* * * * * *".into(),
+                    "race".into(),
+                ])
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
                 .spawn()
@@ -545,7 +554,10 @@ fn run_rust(db: &TestDb, entrypoint: &str, expression: &str, fires: usize) {
     });
     stop.shutdown();
     thread.join().unwrap().unwrap();
-    assert!(done, "the Rust scheduler fired fewer than {fires} times in 15 s");
+    assert!(
+        done,
+        "the Rust scheduler fired fewer than {fires} times in 15 s"
+    );
 }
 
 fn fires_by_side(db: &TestDb, entrypoint: &str) -> Vec<(String, i64, String)> {
@@ -600,8 +612,44 @@ fn python_and_rust_run_each_others_schedules() {
     assert_eq!(ids.len(), 1, "one schedule row shared: {fires:?}");
     assert!(fires.iter().all(|f| f.2 == "* * * jan-dec * *"));
 
+    // Both at once on one every-second schedule: never two fires in one second.
+    let rust = {
+        let pool = db.pool(4);
+        let record = pool.clone();
+        let mut scheduler = Scheduler::new(pool);
+        scheduler
+            .threads(1)
+            .schedule("both", "* * * * * *", move |s| {
+                record.get()?.execute(
+                    "INSERT INTO interop_fires (side, schedule_id, expression, picked_at)
+                     VALUES ('rust', $1, $2, $3)",
+                    &[&s.id, &s.expression, &s.updated],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        start(scheduler)
+    };
+    run_python(&db, "both", "* * * * * *", 6.0);
+    rust.0.shutdown();
+    rust.1.join().unwrap().unwrap();
+    let both = db
+        .client()
+        .query_one(
+            "SELECT count(*), count(DISTINCT date_trunc('second', f.picked_at)),
+                    count(*) FILTER (WHERE side = 'python')
+               FROM interop_fires f JOIN pgqueuer_schedules s ON s.id = f.schedule_id
+              WHERE s.entrypoint = 'both'",
+            &[],
+        )
+        .unwrap();
+    let (fires, seconds, python): (i64, i64, i64) = (both.get(0), both.get(1), both.get(2));
+    eprintln!("Python and Rust together: {fires} fires ({python} by Python) in {seconds} seconds");
+    assert!(fires >= 4, "only {fires} fires in 6 s");
+    assert_eq!(fires, seconds, "two fires in one second");
+
     let table = rows(&db);
-    assert_eq!(table.len(), 2, "{table:?}");
+    assert_eq!(table.len(), 3, "{table:?}");
     assert!(
         table.iter().all(|r| r.status == Some(Status::Queued)),
         "{table:?}"
