@@ -110,6 +110,38 @@ fn runs_a_schedule_and_releases_it() {
     assert!(table[0].last_run.is_some());
 }
 
+/// With a prefix and a schema, the scheduler and `schedules::list` use those names.
+#[test]
+fn runs_with_prefixed_names_in_a_schema() {
+    let db = TestDb::empty();
+    let settings = Settings::with_prefix("app_").schema("myq");
+    pgqueuer::upgrade_with(&mut db.client(), &settings).unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&fired);
+    let mut scheduler = Scheduler::with_settings(db.pool(4), &settings).unwrap();
+    scheduler
+        .schedule("tick", "* * * * * *", move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    let (stop, thread) = start(scheduler);
+    assert!(wait_until(Duration::from_secs(10), || {
+        fired.load(Ordering::SeqCst) >= 1
+    }));
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+    let listed = schedules::list(&mut db.client(), &settings).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].expression, "* * * * * *");
+    let in_schema: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM myq.app_pgqueuer_schedules", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(in_schema, 1);
+}
+
 /// Handler errors and panics are logged; the scheduler and the schedule go on.
 #[test]
 fn failing_and_panicking_handlers_do_not_stop_it() {
