@@ -31,22 +31,41 @@
 //! type cancels, inspects, clears and requeues jobs and waits for them to finish. The
 //! NOTIFY payloads shared with Python are in [`events`].
 //!
+//! # Consuming
+//!
+//! [`Worker`] runs handlers on a fixed pool of threads, each claiming with the
+//! slot-claiming dequeue ([`Claimer`]), woken by one dedicated LISTEN connection; a
+//! [`ShutdownHandle`] stops it from any thread.
+//!
 //! # Operating
 //!
 //! [`ops`] holds what an operator runs: statistics aggregation under PgQueuer's advisory
 //! lock, log pruning, stale-job, worker, backlog and throughput queries, table
 //! persistence and autovacuum tuning. The `pgq` program (feature `cli`) is a thin layer
 //! over it and over [`Queue`].
+//!
+//! # Scheduling
+//!
+//! [`Scheduler`] runs handlers at the times of cron expressions ([`Cron`]: 5 fields, or 6
+//! with seconds last, read exactly as PgQueuer's croniter reads them) and shares
+//! PgQueuer's schedules table with Python's `SchedulerManager`: a schedule registered on
+//! either side fires once per due time across every process that registered it, and a
+//! schedule whose scheduler died is taken over after 30 s. [`schedules`] lists and
+//! removes the rows.
 
 mod claim;
 mod connect;
+mod cron;
 mod error;
 pub mod events;
 mod job;
 pub mod ops;
 mod queue;
+mod scheduler;
+pub mod schedules;
 mod schema;
 mod settings;
+mod shutdown;
 mod sql;
 pub mod sqlstate;
 mod worker;
@@ -55,17 +74,21 @@ pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
 pub use connect::{
     Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_one, connect_with,
 };
+pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{Job, JobId, Status};
 pub use queue::{NewJob, OnConflict, Queue, QueueSize};
+pub use scheduler::Scheduler;
+pub use schedules::{Schedule, ScheduleId};
 pub use schema::{
     UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade, upgrade_sql,
     upgrade_with, verify, verify_with,
 };
 pub use settings::{Durability, Settings};
+pub use shutdown::ShutdownHandle;
 pub use worker::{
     BoxError, Context, EntrypointOptions, HandlerResult, JobError, OnFailure, Retry, RetryPolicy,
-    RunSummary, RunningWorker, ShutdownHandle, Worker, WorkerBuilder,
+    RunSummary, RunningWorker, Worker, WorkerBuilder,
 };
 
 /// Re-exported so users need not match versions by hand.

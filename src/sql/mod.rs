@@ -6,6 +6,7 @@
 use crate::settings::{Durability, Settings};
 
 pub(crate) mod queue;
+pub(crate) mod schedule;
 
 /// Takes PgQueuer's schema-upgrade session lock (`$1` = the CRC-32 key).
 pub(crate) const ADVISORY_LOCK: &str = "SELECT pg_advisory_lock($1)";

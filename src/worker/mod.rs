@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use uuid::Uuid;
 
 pub use entrypoint::{
@@ -25,6 +25,7 @@ use crate::connect::Pool;
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId};
 use crate::settings::Settings;
+use crate::shutdown::ShutdownHandle;
 use entrypoint::{Handler, Registry};
 
 /// Connections a worker holds besides one per executor thread: the heartbeat thread's and
@@ -209,7 +210,7 @@ impl WorkerBuilder {
                 shutdown_deadline: self.shutdown_deadline,
                 resources: self.resources,
             }),
-            shutdown: ShutdownHandle::new(),
+            shutdown: ShutdownHandle::new().0,
         })
     }
 }
@@ -227,51 +228,6 @@ pub(crate) struct Inner {
     pub(crate) dequeue_timeout: Duration,
     pub(crate) shutdown_deadline: Option<Duration>,
     pub(crate) resources: Option<Arc<dyn Any + Send + Sync>>,
-}
-
-/// Stops a worker from any thread. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct ShutdownHandle {
-    state: Arc<ShutdownState>,
-}
-
-#[derive(Debug)]
-struct ShutdownState {
-    /// Set once by `shutdown()`; read by every thread of the run.
-    requested: AtomicBool,
-    /// Dropped by `shutdown()`: disconnection releases every thread blocked on `receiver`.
-    sender: Mutex<Option<Sender<()>>>,
-    receiver: Receiver<()>,
-}
-
-impl ShutdownHandle {
-    fn new() -> ShutdownHandle {
-        let (sender, receiver) = crossbeam_channel::bounded(0);
-        ShutdownHandle {
-            state: Arc::new(ShutdownState {
-                requested: AtomicBool::new(false),
-                sender: Mutex::new(Some(sender)),
-                receiver,
-            }),
-        }
-    }
-
-    /// Asks the worker to stop: no new claims from now on; running handlers finish (or
-    /// are told to stop at the shutdown deadline); then `run()` returns.
-    pub fn shutdown(&self) {
-        self.state.requested.store(true, Ordering::SeqCst);
-        lock(&self.state.sender).take();
-    }
-
-    /// True once [`ShutdownHandle::shutdown`] was called.
-    pub fn is_shutdown(&self) -> bool {
-        self.state.requested.load(Ordering::SeqCst)
-    }
-
-    /// A receiver that is disconnected once shutdown is requested (for `select!`).
-    pub(crate) fn receiver(&self) -> &Receiver<()> {
-        &self.state.receiver
-    }
 }
 
 /// What a run did.

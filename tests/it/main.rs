@@ -10,5 +10,6 @@ mod harness;
 mod ops;
 mod proxy;
 mod queue;
+mod scheduler;
 mod schema;
 mod worker;

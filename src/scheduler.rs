@@ -1,0 +1,577 @@
+//! Cron schedules run on a small thread pool, sharing PgQueuer's schedules table.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{Receiver, select};
+
+use crate::connect::Pool;
+use crate::cron::Cron;
+use crate::error::{Error, Result};
+use crate::schedules::{Schedule, ScheduleId};
+use crate::settings::Settings;
+use crate::shutdown::ShutdownHandle;
+use crate::sql::schedule::ScheduleSql;
+
+/// What a schedule handler returns on failure. The error is logged; the schedule fires
+/// again at its next time either way.
+type HandlerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A registered handler.
+type Handler = dyn Fn(&Schedule) -> Result<(), HandlerError> + Send + Sync;
+
+/// How often running schedules are marked alive. Another scheduler takes a schedule
+/// over when its heartbeat is more than 30 s old (hard-coded in PgQueuer's SQL).
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long after a fire time the scheduler looks for due schedules, so that the
+/// server's `now()` has passed it.
+const WAKE_MARGIN: Duration = Duration::from_millis(20);
+
+/// The longest the scheduler sleeps between looks, even when nothing is due for hours,
+/// so that schedules abandoned by a dead scheduler are taken over soon after they go
+/// stale.
+const MAX_IDLE: Duration = Duration::from_secs(10);
+
+/// The longest wait after a failed look at the table (the wait doubles from 1 s).
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How many times a finished schedule's release is tried before it is left to go
+/// stale (another scheduler then takes it over after 30 s).
+const RELEASE_ATTEMPTS: u32 = 3;
+
+/// Runs handlers on cron schedules kept in PgQueuer's schedules table.
+///
+/// Any number of schedulers, Rust or Python (`SchedulerManager`), in any number of
+/// processes and hosts, may register the same schedule: each fire runs once, on
+/// whichever scheduler claims the row first (`FOR UPDATE SKIP LOCKED`). A schedule is
+/// identified by its entrypoint and its [normalized](Cron::normalized) expression, so
+/// `0 9 * * MON` registered in Rust and `0 9 * * mon` in Python are one schedule.
+///
+/// ```no_run
+/// # fn main() -> Result<(), pgqueuer::Error> {
+/// use pgqueuer::Scheduler;
+///
+/// let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
+/// let mut scheduler = Scheduler::new(pool);
+/// scheduler
+///     .schedule("nightly_report", "@daily", |schedule| {
+///         println!("report for schedule {}", schedule.id);
+///         Ok(())
+///     })?
+///     .schedule("poll", "* * * * * */10", |_| Ok(()))?;
+/// let stop = scheduler.shutdown_handle();
+/// # stop.shutdown();
+/// scheduler.run()?; // until stop.shutdown() is called from another thread
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # How it runs
+///
+/// [`Scheduler::run`] inserts a row for every registration that has none (the first
+/// fire is the next cron time), then loops: claim the due rows, hand them to a pool of
+/// [`threads`](Scheduler::threads) handler threads, sleep until the earliest next fire
+/// of any registration. A handler's row stays `picked` while it runs and is marked
+/// alive every second; afterwards it goes back to `queued` with `last_run` set, whether
+/// the handler succeeded, failed or panicked (failures and panics are logged). A row
+/// whose heartbeat is more than 30 s old is taken over by the next scheduler that looks,
+/// so a schedule whose scheduler died is not lost (and one whose scheduler merely
+/// stalled that long may run twice). Fires missed while no scheduler ran are not
+/// replayed: each claim sets the next fire from the current time.
+///
+/// A scheduler holds at most `threads + 2` connections of its pool at once (the
+/// claiming loop, the heartbeat, and each handler thread while it releases its row);
+/// handlers that use the same pool need more.
+///
+/// # Shutdown
+///
+/// [`ShutdownHandle::shutdown`] stops claiming; handlers already claimed run to the
+/// end and are released, then every thread is joined and `run` returns. No thread
+/// outlives `run`.
+pub struct Scheduler {
+    pool: Pool,
+    sql: Arc<ScheduleSql>,
+    settings: Settings,
+    registrations: Vec<Registration>,
+    clean_old: BTreeSet<String>,
+    threads: usize,
+    shutdown: ShutdownHandle,
+    stop: Receiver<()>,
+}
+
+/// One `schedule()` call.
+struct Registration {
+    entrypoint: String,
+    cron: Cron,
+    handler: Arc<Handler>,
+}
+
+impl fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let registrations: Vec<(&str, &str)> = self
+            .registrations
+            .iter()
+            .map(|r| (r.entrypoint.as_str(), r.cron.normalized()))
+            .collect();
+        f.debug_struct("Scheduler")
+            .field("schedules_table", &self.settings.schedules_table)
+            .field("registrations", &registrations)
+            .field("clean_old", &self.clean_old)
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// How many handler threads [`Scheduler::threads`] defaults to.
+    pub const DEFAULT_THREADS: usize = 4;
+
+    /// A scheduler using PgQueuer's default object names.
+    pub fn new(pool: Pool) -> Scheduler {
+        Scheduler::build(pool, Settings::default())
+    }
+
+    /// A scheduler using the object names of `settings` (prefix, schema...).
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] when a name is not acceptable.
+    pub fn with_settings(pool: Pool, settings: &Settings) -> Result<Scheduler> {
+        settings.validate()?;
+        Ok(Scheduler::build(pool, settings.clone()))
+    }
+
+    fn build(pool: Pool, settings: Settings) -> Scheduler {
+        let (shutdown, stop) = ShutdownHandle::new();
+        Scheduler {
+            pool,
+            sql: Arc::new(ScheduleSql::new(&settings)),
+            settings,
+            registrations: Vec::new(),
+            clean_old: BTreeSet::new(),
+            threads: Scheduler::DEFAULT_THREADS,
+            shutdown,
+            stop,
+        }
+    }
+
+    /// Registers `handler` to run at the times of the cron `expression` (see [`Cron`]
+    /// for the syntax: 5 fields, or 6 with seconds last, and the `@daily`-style
+    /// aliases), under the name `entrypoint`. Nothing is written until
+    /// [`Scheduler::run`].
+    ///
+    /// The handler gets the schedule's row (see [`Schedule`]). An error it returns, and
+    /// a panic, are logged; neither stops the scheduler or the schedule.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the cron field for a bad expression, naming
+    /// `entrypoint` for an empty name or one holding a NUL character, and naming
+    /// `schedule` when this entrypoint is already registered with an expression that
+    /// normalizes to the same text.
+    pub fn schedule<F>(
+        &mut self,
+        entrypoint: impl Into<String>,
+        expression: &str,
+        handler: F,
+    ) -> Result<&mut Scheduler>
+    where
+        F: Fn(&Schedule) -> Result<(), HandlerError> + Send + Sync + 'static,
+    {
+        let entrypoint = entrypoint.into();
+        check_entrypoint(&entrypoint)?;
+        let cron = Cron::parse(expression)?;
+        if self
+            .registrations
+            .iter()
+            .any(|r| r.entrypoint == entrypoint && r.cron.normalized() == cron.normalized())
+        {
+            return Err(Error::invalid(
+                "schedule",
+                format!(
+                    "entrypoint {entrypoint:?} is already scheduled at {:?}; each \
+                     (entrypoint, expression) pair may be registered once",
+                    cron.normalized()
+                ),
+            ));
+        }
+        self.registrations.push(Registration {
+            entrypoint,
+            cron,
+            handler: Arc::new(handler),
+        });
+        Ok(self)
+    }
+
+    /// When `run` starts, delete every schedule row of `entrypoint` first (whatever its
+    /// expression), so that expressions no longer registered stop firing; the current
+    /// registrations are then inserted afresh (PgQueuer's `clean_old=True`). The
+    /// entrypoint need not be registered here. Defaults to keeping old rows.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `entrypoint` for an empty name or one holding a
+    /// NUL character.
+    pub fn clean_old(&mut self, entrypoint: impl Into<String>) -> Result<&mut Scheduler> {
+        let entrypoint = entrypoint.into();
+        check_entrypoint(&entrypoint)?;
+        self.clean_old.insert(entrypoint);
+        Ok(self)
+    }
+
+    /// How many threads run handlers; schedules due while all are busy wait (still
+    /// claimed and kept alive) for one to come free. Zero is rejected by
+    /// [`Scheduler::run`]. Defaults to [`Scheduler::DEFAULT_THREADS`] (4).
+    pub fn threads(&mut self, threads: usize) -> &mut Scheduler {
+        self.threads = threads;
+        self
+    }
+
+    /// A handle that stops [`Scheduler::run`] from any thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Runs the schedules until [`ShutdownHandle::shutdown`] is called, then waits for
+    /// running handlers and returns. Returns at once if shutdown was already requested.
+    ///
+    /// Database failures while running (a lost connection, a restart) are logged and
+    /// retried with a growing wait of up to 30 s; they do not end `run`.
+    ///
+    /// # Errors
+    /// Before any schedule runs: [`Error::InvalidInput`] naming `threads` when it is
+    /// zero; [`Error::Schema`] when the database lacks PgQueuer's tables (run
+    /// `upgrade()`); [`Error::Pool`] or [`Error::Db`] when the schedules cannot be
+    /// cleaned or inserted.
+    pub fn run(&mut self) -> Result<()> {
+        if self.threads == 0 {
+            return Err(Error::invalid(
+                "threads",
+                "a scheduler needs at least one handler thread",
+            ));
+        }
+        if self.shutdown.is_shutdown() {
+            return Ok(());
+        }
+        self.prepare()?;
+        let runner = Runner {
+            pool: &self.pool,
+            sql: &self.sql,
+            registrations: &self.registrations,
+            active: Mutex::new(HashSet::new()),
+        };
+        let stop = &self.stop;
+        let threads = self.threads;
+        thread::scope(|scope| -> Result<()> {
+            let (job_tx, job_rx) = crossbeam_channel::unbounded::<(Schedule, usize)>();
+            let (beat_stop_tx, beat_stop_rx) = crossbeam_channel::bounded::<()>(0);
+            let runner = &runner;
+            let heartbeat = thread::Builder::new()
+                .name("pgqueuer-schedule-heartbeat".into())
+                .spawn_scoped(scope, move || runner.heartbeat_loop(&beat_stop_rx))
+                .map_err(|e| Error::Worker(format!("cannot start the heartbeat thread: {e}")))?;
+            let mut handlers = Vec::with_capacity(threads);
+            for i in 0..threads {
+                let jobs = job_rx.clone();
+                let spawned = thread::Builder::new()
+                    .name(format!("pgqueuer-schedule-{i}"))
+                    .spawn_scoped(scope, move || {
+                        for (schedule, index) in jobs.iter() {
+                            runner.execute(&schedule, index);
+                        }
+                    });
+                match spawned {
+                    Ok(handle) => handlers.push(handle),
+                    Err(e) => {
+                        // Threads already started end when the senders are dropped.
+                        drop(job_tx);
+                        drop(beat_stop_tx);
+                        return Err(Error::Worker(format!(
+                            "cannot start a schedule handler thread: {e}"
+                        )));
+                    }
+                }
+            }
+            drop(job_rx);
+            runner.claim_loop(stop, |schedule, index| {
+                let id = schedule.id;
+                // Fails only if every handler thread has ended, which they do only once
+                // this sender is dropped; release the row rather than leave it claimed.
+                if job_tx.send((schedule, index)).is_err() {
+                    runner.active().remove(&id);
+                    runner.release(id);
+                }
+            });
+            // Let the handler threads finish what was claimed, keeping heartbeats
+            // going until they have; then stop the heartbeat.
+            drop(job_tx);
+            for handle in handlers {
+                if handle.join().is_err() {
+                    log::error!("a schedule handler thread panicked outside a handler");
+                }
+            }
+            drop(beat_stop_tx);
+            if heartbeat.join().is_err() {
+                log::error!("the schedule heartbeat thread panicked");
+            }
+            Ok(())
+        })
+    }
+
+    /// Checks the schema, deletes `clean_old` rows and inserts missing schedules.
+    fn prepare(&self) -> Result<()> {
+        let mut conn = self.pool.get()?;
+        crate::schema::verify_with(conn.client(), &self.settings)?;
+        if !self.clean_old.is_empty() {
+            let names: Vec<&str> = self.clean_old.iter().map(String::as_str).collect();
+            let no_ids: &[ScheduleId] = &[];
+            let delete = conn.prepare_cached(&self.sql.delete)?;
+            let removed = conn.execute(&delete, &[&no_ids, &names])?;
+            log::info!("removed {removed} old schedule(s) of {names:?}");
+        }
+        if self.registrations.is_empty() {
+            return Ok(());
+        }
+        let now = SystemTime::now();
+        let expressions: Vec<&str> = self
+            .registrations
+            .iter()
+            .map(|r| r.cron.normalized())
+            .collect();
+        let entrypoints: Vec<&str> = self
+            .registrations
+            .iter()
+            .map(|r| r.entrypoint.as_str())
+            .collect();
+        let delays: Vec<i64> = self
+            .registrations
+            .iter()
+            .map(|r| micros_until(now, r.cron.next_after(now)))
+            .collect();
+        let insert = conn.prepare_cached(&self.sql.insert)?;
+        conn.execute(&insert, &[&expressions, &entrypoints, &delays])?;
+        Ok(())
+    }
+}
+
+/// The state the threads of one `run` share.
+struct Runner<'a> {
+    pool: &'a Pool,
+    sql: &'a ScheduleSql,
+    registrations: &'a [Registration],
+    /// Ids of the schedules this scheduler has claimed and not yet released: the claim
+    /// loop adds them, the handler thread that ran one removes it, and the heartbeat
+    /// thread marks all of them alive every second.
+    active: Mutex<HashSet<ScheduleId>>,
+}
+
+impl Runner<'_> {
+    fn active(&self) -> std::sync::MutexGuard<'_, HashSet<ScheduleId>> {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Claims due schedules and hands them to `dispatch` until `stop` disconnects.
+    fn claim_loop(&self, stop: &Receiver<()>, mut dispatch: impl FnMut(Schedule, usize)) {
+        let index: HashMap<(&str, &str), usize> = self
+            .registrations
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((r.entrypoint.as_str(), r.cron.normalized()), i))
+            .collect();
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            if stop.try_recv() != Err(crossbeam_channel::TryRecvError::Empty) {
+                return;
+            }
+            let wait = match self.claim_due() {
+                Ok(claimed) => {
+                    backoff = Duration::from_secs(1);
+                    for schedule in claimed {
+                        let key = (schedule.entrypoint.as_str(), schedule.expression.as_str());
+                        match index.get(&key).copied() {
+                            Some(i) => {
+                                self.active().insert(schedule.id);
+                                dispatch(schedule, i);
+                            }
+                            None => {
+                                // Cannot happen: the claim names only our registrations.
+                                log::error!(
+                                    "claimed schedule {} ({:?}, {:?}) matches no registration",
+                                    schedule.id,
+                                    schedule.entrypoint,
+                                    schedule.expression
+                                );
+                                self.release(schedule.id);
+                            }
+                        }
+                    }
+                    self.until_next_fire()
+                }
+                Err(e) => {
+                    let wait = backoff;
+                    log::warn!("could not claim due schedules (retrying in {wait:?}): {e}");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    wait
+                }
+            };
+            select! {
+                recv(stop) -> _ => return,
+                default(wait) => {}
+            }
+        }
+    }
+
+    /// Claims every due (or abandoned) schedule of the registrations.
+    fn claim_due(&self) -> Result<Vec<Schedule>> {
+        if self.registrations.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.pool.get()?;
+        let statement = conn.prepare_cached(&self.sql.claim_due)?;
+        // Measured as late as possible: the server adds these to its `now()`.
+        let now = SystemTime::now();
+        let mut expressions = Vec::with_capacity(self.registrations.len());
+        let mut entrypoints = Vec::with_capacity(self.registrations.len());
+        let mut next = Vec::with_capacity(self.registrations.len());
+        let mut following = Vec::with_capacity(self.registrations.len());
+        for r in self.registrations {
+            let first = r.cron.next_after(now);
+            expressions.push(r.cron.normalized());
+            entrypoints.push(r.entrypoint.as_str());
+            next.push(micros_until(now, first));
+            following.push(micros_until(now, r.cron.next_after(first)));
+        }
+        conn.query(&statement, &[&expressions, &entrypoints, &next, &following])?
+            .iter()
+            .map(Schedule::from_row)
+            .collect()
+    }
+
+    /// How long to sleep before the next look: until just after the earliest next fire
+    /// of any registration, and at most [`MAX_IDLE`].
+    fn until_next_fire(&self) -> Duration {
+        let now = SystemTime::now();
+        self.registrations
+            .iter()
+            .map(|r| {
+                r.cron
+                    .next_after(now)
+                    .duration_since(now)
+                    .unwrap_or(Duration::ZERO)
+                    + WAKE_MARGIN
+            })
+            .min()
+            .unwrap_or(MAX_IDLE)
+            .min(MAX_IDLE)
+    }
+
+    /// Runs one claimed schedule's handler, then releases the row.
+    fn execute(&self, schedule: &Schedule, index: usize) {
+        let registration = &self.registrations[index];
+        log::debug!(
+            "running schedule {} ({} at {:?})",
+            schedule.id,
+            registration.entrypoint,
+            schedule.expression
+        );
+        match catch_unwind(AssertUnwindSafe(|| (registration.handler)(schedule))) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => log::error!(
+                "schedule {} ({} at {:?}) failed: {}",
+                schedule.id,
+                registration.entrypoint,
+                schedule.expression,
+                crate::error::chain(e.as_ref())
+            ),
+            Err(panic) => log::error!(
+                "schedule {} ({} at {:?}) panicked: {}",
+                schedule.id,
+                registration.entrypoint,
+                schedule.expression,
+                panic_message(panic.as_ref())
+            ),
+        }
+        self.active().remove(&schedule.id);
+        self.release(schedule.id);
+    }
+
+    /// Marks a schedule `queued` again, trying a few times; on failure the row is left
+    /// `picked` and another scheduler takes it over once its heartbeat is stale.
+    fn release(&self, id: ScheduleId) {
+        for attempt in 1..=RELEASE_ATTEMPTS {
+            let result = self.pool.get().map_err(Error::from).and_then(|mut conn| {
+                let statement = conn.prepare_cached(&self.sql.release)?;
+                conn.execute(&statement, &[&vec![id]])?;
+                Ok(())
+            });
+            match result {
+                Ok(()) => return,
+                Err(e) if attempt < RELEASE_ATTEMPTS => {
+                    log::warn!("could not release schedule {id} (attempt {attempt}): {e}");
+                    thread::sleep(Duration::from_secs(1));
+                }
+                Err(e) => log::error!(
+                    "could not release schedule {id}; it is taken over once its heartbeat \
+                     is 30 s old: {e}"
+                ),
+            }
+        }
+    }
+
+    /// Marks the active schedules alive every second until `stop` disconnects.
+    fn heartbeat_loop(&self, stop: &Receiver<()>) {
+        loop {
+            select! {
+                recv(stop) -> _ => return,
+                default(HEARTBEAT_INTERVAL) => {}
+            }
+            let ids: Vec<ScheduleId> = self.active().iter().copied().collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let result = self.pool.get().map_err(Error::from).and_then(|mut conn| {
+                let statement = conn.prepare_cached(&self.sql.heartbeat)?;
+                conn.execute(&statement, &[&ids])?;
+                Ok(())
+            });
+            if let Err(e) = result {
+                log::warn!("could not send the heartbeat of schedules {ids:?}: {e}");
+            }
+        }
+    }
+}
+
+fn check_entrypoint(entrypoint: &str) -> Result<()> {
+    if entrypoint.is_empty() {
+        return Err(Error::invalid("entrypoint", "must not be empty"));
+    }
+    if entrypoint.contains('\0') {
+        return Err(Error::invalid(
+            "entrypoint",
+            format!("{entrypoint:?} holds a NUL character"),
+        ));
+    }
+    Ok(())
+}
+
+/// Microseconds from `now` to `then` (zero if `then` has passed).
+fn micros_until(now: SystemTime, then: SystemTime) -> i64 {
+    let micros = then
+        .duration_since(now)
+        .unwrap_or(Duration::ZERO)
+        .as_micros();
+    i64::try_from(micros).unwrap_or(i64::MAX)
+}
+
+/// The text of a panic payload (`&str` or `String`), or a placeholder.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a non-text panic payload)".to_owned()
+    }
+}

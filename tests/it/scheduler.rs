@@ -1,0 +1,689 @@
+//! The cron scheduler against a real database: claiming, heartbeats, takeover, races
+//! between processes, and sharing schedules with Python PgQueuer 1.6.0.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use pgqueuer::{Cron, Error, Schedule, Scheduler, Settings, ShutdownHandle, Status, schedules};
+
+use crate::harness::TestDb;
+
+/// Runs `scheduler` on a thread; returns its stop handle and the thread.
+fn start(mut scheduler: Scheduler) -> (ShutdownHandle, JoinHandle<pgqueuer::Result<()>>) {
+    let stop = scheduler.shutdown_handle();
+    let thread = std::thread::spawn(move || scheduler.run());
+    (stop, thread)
+}
+
+/// Polls `condition` every 50 ms until it holds or `timeout` passes.
+fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn rows(db: &TestDb) -> Vec<Schedule> {
+    schedules::list(&mut db.client(), &Settings::default()).expect("list schedules")
+}
+
+/// Registration checks happen before anything touches the database.
+#[test]
+fn registration_rejects_bad_expressions_and_duplicates() {
+    let db = TestDb::new();
+    let mut scheduler = Scheduler::new(db.pool(1));
+    let noop = |_: &Schedule| Ok(());
+    scheduler.schedule("report", "0 9 * * MON", noop).unwrap();
+    // Same entrypoint, same normalized text: a duplicate.
+    match scheduler.schedule("report", "0  9 * * mon", noop) {
+        Err(Error::InvalidInput { field, reason }) => {
+            assert_eq!(field, "schedule");
+            assert!(reason.contains("0 9 * * mon"), "{reason}");
+        }
+        other => panic!("duplicate accepted: {other:?}"),
+    }
+    // Another entrypoint or another expression is fine.
+    scheduler.schedule("other", "0 9 * * mon", noop).unwrap();
+    scheduler.schedule("report", "@daily", noop).unwrap();
+    match scheduler.schedule("report", "0 9 * * MONDAY", noop) {
+        Err(Error::InvalidInput { field, reason }) => {
+            assert_eq!(field, "cron day-of-week field");
+            assert!(reason.contains("\"monday\""), "{reason}");
+        }
+        other => panic!("bad weekday accepted: {other:?}"),
+    }
+    assert!(scheduler.schedule("", "@daily", noop).is_err());
+    assert!(scheduler.clean_old("a\0b").is_err());
+    // Nothing was written: rows appear only when run() starts.
+    assert!(rows(&db).is_empty());
+}
+
+/// An every-second schedule fires, its handler sees the claimed row, and afterwards the
+/// row is back to `queued` with `last_run` set.
+#[test]
+fn runs_a_schedule_and_releases_it() {
+    let db = TestDb::new();
+    let seen: Arc<Mutex<Vec<Schedule>>> = Arc::default();
+    let mut scheduler = Scheduler::new(db.pool(4));
+    let record = Arc::clone(&seen);
+    scheduler
+        .threads(1)
+        .schedule("tick", "* * * * * *", move |s| {
+            record.lock().unwrap().push(s.clone());
+            Ok(())
+        })
+        .unwrap();
+    let (stop, thread) = start(scheduler);
+    assert!(
+        wait_until(Duration::from_secs(10), || seen.lock().unwrap().len() >= 3),
+        "fewer than 3 fires in 10 s"
+    );
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+
+    let seen = seen.lock().unwrap();
+    let first = &seen[0];
+    assert_eq!(first.entrypoint, "tick");
+    assert_eq!(first.expression, "* * * * * *");
+    assert_eq!(first.status, Some(Status::Picked));
+    assert!(seen.iter().all(|s| s.id == first.id));
+    // Each claim moved next_run on to the following second.
+    for s in seen.iter() {
+        let ahead = s.next_run.duration_since(s.updated).unwrap();
+        assert!(ahead <= Duration::from_secs(1), "{ahead:?}");
+    }
+    assert!(seen[1].last_run.is_some());
+    let table = rows(&db);
+    assert_eq!(table.len(), 1);
+    assert_eq!(table[0].status, Some(Status::Queued));
+    assert!(table[0].last_run.is_some());
+}
+
+/// With a prefix and a schema, the scheduler and `schedules::list` use those names.
+#[test]
+fn runs_with_prefixed_names_in_a_schema() {
+    let db = TestDb::empty();
+    let settings = Settings::with_prefix("app_").schema("myq");
+    pgqueuer::upgrade_with(&mut db.client(), &settings).unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&fired);
+    let mut scheduler = Scheduler::with_settings(db.pool(4), &settings).unwrap();
+    scheduler
+        .schedule("tick", "* * * * * *", move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    let (stop, thread) = start(scheduler);
+    assert!(wait_until(Duration::from_secs(10), || {
+        fired.load(Ordering::SeqCst) >= 1
+    }));
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+    let listed = schedules::list(&mut db.client(), &settings).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].expression, "* * * * * *");
+    let in_schema: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM myq.app_pgqueuer_schedules", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(in_schema, 1);
+}
+
+/// Handler errors and panics are logged; the scheduler and the schedule go on.
+#[test]
+fn failing_and_panicking_handlers_do_not_stop_it() {
+    let db = TestDb::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let mut scheduler = Scheduler::new(db.pool(4));
+    scheduler
+        .threads(1)
+        .schedule("flaky", "* * * * * *", move |_| {
+            match counter.fetch_add(1, Ordering::SeqCst) {
+                0 => panic!("handler bug"),
+                1 => Err("handler failure".into()),
+                _ => Ok(()),
+            }
+        })
+        .unwrap();
+    let (stop, thread) = start(scheduler);
+    assert!(
+        wait_until(Duration::from_secs(10), || calls.load(Ordering::SeqCst)
+            >= 3),
+        "the schedule stopped after a panic or an error"
+    );
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+    assert_eq!(rows(&db)[0].status, Some(Status::Queued));
+}
+
+/// A handler that runs longer than a second keeps its row alive, and shutdown waits
+/// for it, then releases the row.
+#[test]
+fn heartbeats_while_running_and_shutdown_waits() {
+    let db = TestDb::new();
+    let started = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let (s, f) = (Arc::clone(&started), Arc::clone(&finished));
+    let mut scheduler = Scheduler::new(db.pool(4));
+    scheduler
+        .schedule("slow", "* * * * * *", move |_| {
+            s.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(3500));
+            f.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    let (stop, thread) = start(scheduler);
+    assert!(wait_until(Duration::from_secs(5), || {
+        started.load(Ordering::SeqCst) >= 1
+    }));
+    std::thread::sleep(Duration::from_millis(2500));
+    let row = &rows(&db)[0];
+    assert_eq!(row.status, Some(Status::Picked));
+    let beat_after_claim = row.heartbeat.duration_since(row.created).unwrap();
+    assert!(
+        beat_after_claim >= Duration::from_secs(1),
+        "no heartbeat while running: {beat_after_claim:?}"
+    );
+    stop.shutdown();
+    let asked = Instant::now();
+    thread.join().unwrap().unwrap();
+    assert!(
+        finished.load(Ordering::SeqCst) >= 1,
+        "run() returned mid-handler"
+    );
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    assert_eq!(rows(&db)[0].status, Some(Status::Queued));
+}
+
+/// A row left `picked` by a dead scheduler is taken over once its heartbeat is more
+/// than 30 s old, and not before.
+#[test]
+fn stale_schedules_are_taken_over() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "INSERT INTO pgqueuer_schedules (expression, entrypoint, status, heartbeat, next_run)
+             VALUES ('0 0 1 1 *', 'dead', 'picked', now() - interval '31 seconds', now() + interval '300 days'),
+                    ('0 0 1 1 *', 'alive', 'picked', now() - interval '5 seconds', now() + interval '300 days')",
+        )
+        .unwrap();
+    let fired: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut scheduler = Scheduler::new(db.pool(4));
+    for name in ["dead", "alive"] {
+        let fired = Arc::clone(&fired);
+        scheduler
+            .schedule(name, "@yearly", move |s| {
+                fired.lock().unwrap().push(s.entrypoint.clone());
+                Ok(())
+            })
+            .unwrap();
+    }
+    let (stop, thread) = start(scheduler);
+    assert!(wait_until(Duration::from_secs(5), || !fired
+        .lock()
+        .unwrap()
+        .is_empty()));
+    std::thread::sleep(Duration::from_millis(500));
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+    assert_eq!(*fired.lock().unwrap(), vec!["dead".to_owned()]);
+    for row in rows(&db) {
+        match row.entrypoint.as_str() {
+            // Released, and its next run is the next new year, not the stale one.
+            "dead" => {
+                assert_eq!(row.status, Some(Status::Queued));
+                let ahead = row.next_run.duration_since(SystemTime::now()).unwrap();
+                assert!(ahead <= Duration::from_secs(366 * 86_400));
+            }
+            _ => assert_eq!(row.status, Some(Status::Picked)),
+        }
+    }
+}
+
+/// `clean_old` deletes an entrypoint's other expressions before inserting its current ones.
+#[test]
+fn clean_old_replaces_old_expressions() {
+    let db = TestDb::new();
+    db.client()
+        .batch_execute(
+            "INSERT INTO pgqueuer_schedules (expression, entrypoint)
+             VALUES ('0 0 * * *', 'report'), ('*/5 * * * *', 'report'), ('0 0 * * *', 'keep')",
+        )
+        .unwrap();
+    let mut scheduler = Scheduler::new(db.pool(4));
+    scheduler
+        .schedule("report", "@hourly", |_| Ok(()))
+        .unwrap()
+        .clean_old("report")
+        .unwrap();
+    let (stop, thread) = start(scheduler);
+    assert!(wait_until(Duration::from_secs(5), || {
+        rows(&db).iter().any(|r| r.expression == "0 * * * *")
+    }));
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+    let mut left: Vec<(String, String)> = rows(&db)
+        .into_iter()
+        .map(|r| (r.entrypoint, r.expression))
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [("keep", "0 0 * * *"), ("report", "0 * * * *")].map(|(e, x)| (e.to_owned(), x.to_owned()))
+    );
+}
+
+/// The library functions behind `pgq schedules [--remove ID|ENTRYPOINT]`.
+#[test]
+fn list_and_remove_schedules() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "INSERT INTO pgqueuer_schedules (expression, entrypoint, last_run)
+             VALUES ('0 0 * * *', 'a', now() - interval '1 hour'), ('@never', 'b', NULL),
+                    ('0 1 * * *', 'c', now() - interval '2 hours'), ('0 2 * * *', 'c', NULL)",
+        )
+        .unwrap();
+    let listed = schedules::list(&mut client, &Settings::default()).unwrap();
+    let order: Vec<&str> = listed.iter().map(|s| s.entrypoint.as_str()).collect();
+    // Least recently run first, never-run last (by id).
+    assert_eq!(order, ["c", "a", "b", "c"]);
+    let b = listed.iter().find(|s| s.entrypoint == "b").unwrap().id;
+    let removed = schedules::remove_targets(
+        &mut client,
+        &Settings::default(),
+        &[b.to_string(), "c".to_owned(), "nope".to_owned()],
+    )
+    .unwrap();
+    assert_eq!(removed, 3);
+    let left = schedules::list(&mut client, &Settings::default()).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].entrypoint, "a");
+    let none: &[&str] = &[];
+    assert_eq!(
+        schedules::remove(&mut client, &Settings::default(), &[], none).unwrap(),
+        0
+    );
+}
+
+/// Without the schema, `run` fails loudly before doing anything; after a shutdown it
+/// returns at once; zero threads is refused.
+#[test]
+fn run_checks_before_starting() {
+    let empty = TestDb::empty();
+    let mut scheduler = Scheduler::new(empty.pool(2));
+    scheduler.schedule("x", "@daily", |_| Ok(())).unwrap();
+    match scheduler.run() {
+        Err(Error::Schema { missing }) => {
+            assert!(missing.iter().any(|m| m.contains("pgqueuer_schedules")));
+        }
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+
+    let db = TestDb::new();
+    let mut scheduler = Scheduler::new(db.pool(2));
+    scheduler.threads(0);
+    assert!(matches!(scheduler.run(), Err(Error::InvalidInput { .. })));
+    scheduler.threads(1);
+    scheduler.shutdown_handle().shutdown();
+    let t = Instant::now();
+    scheduler.run().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+/// How long the multi-process race runs (`PGQ_SCHEDULER_SOAK_SECS=60` for the full soak).
+fn race_seconds() -> u64 {
+    match std::env::var("PGQ_SCHEDULER_SOAK_SECS") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("PGQ_SCHEDULER_SOAK_SECS={s:?} is not a number")),
+        Err(_) => 12,
+    }
+}
+
+/// Builds an example with the cargo running these tests and returns its executable.
+fn example_binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+            let output = Command::new(&cargo)
+                .args(["build", "--example", name, "--manifest-path", manifest])
+                .arg("--message-format=json-render-diagnostics")
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {cargo} to build example {name}: {e}"));
+            assert!(output.status.success(), "building example {name} failed");
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|m| m["target"]["name"] == name)
+                .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+                .unwrap_or_else(|| panic!("cargo reported no executable for example {name}"))
+        })
+        .clone()
+}
+
+/// Three processes (examples/scheduler.rs), each with its own pool, race on one
+/// every-second schedule: it fires once per second, never twice in one second.
+#[test]
+fn three_processes_fire_an_every_second_schedule_once_per_second() {
+    let seconds = race_seconds();
+    let exe = example_binary("scheduler");
+    let db = TestDb::new();
+    let mut client = db.client();
+    // Made here, so that the processes' CREATE TABLE IF NOT EXISTS do not race.
+    client
+        .batch_execute(
+            "CREATE TABLE scheduler_example_fires (
+                 process text NOT NULL,
+                 schedule_id bigint NOT NULL,
+                 picked_at timestamptz NOT NULL,
+                 next_run timestamptz NOT NULL,
+                 fired_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+        )
+        .unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    db.dsn(),
+                    seconds.to_string(),
+                    "* * * * * *".into(),
+                    "race".into(),
+                ])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start examples/scheduler")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(seconds + 60);
+    for mut child in children {
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("a scheduler process did not stop within {seconds} s + 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(status.success(), "a scheduler process failed: {status}");
+    }
+
+    let summary = client
+        .query_one(
+            "SELECT count(*),
+                    count(DISTINCT date_trunc('second', picked_at)),
+                    count(DISTINCT date_trunc('second', fired_at)),
+                    count(DISTINCT next_run),
+                    count(DISTINCT schedule_id),
+                    (extract(epoch FROM date_trunc('second', max(picked_at))
+                                      - date_trunc('second', min(picked_at))) + 1)::bigint,
+                    max(extract(epoch FROM fired_at - picked_at))::float8
+               FROM scheduler_example_fires",
+            &[],
+        )
+        .unwrap();
+    let fires: i64 = summary.get(0);
+    let picked_seconds: i64 = summary.get(1);
+    let fired_seconds: i64 = summary.get(2);
+    let distinct_next: i64 = summary.get(3);
+    let schedule_ids: i64 = summary.get(4);
+    let span: i64 = summary.get(5);
+    let worst_lag: f64 = summary.get(6);
+    let per_process: Vec<(String, i64)> = client
+        .query(
+            "SELECT process, count(*) FROM scheduler_example_fires GROUP BY 1 ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let missed = span - fires;
+    eprintln!(
+        "scheduler race ({seconds} s, 3 processes): {fires} fires over {span} s \
+         ({missed} missed), {picked_seconds} distinct claim seconds, {fired_seconds} distinct \
+         handler seconds, worst claim-to-handler lag {worst_lag:.3} s, per process {per_process:?}"
+    );
+    assert_eq!(schedule_ids, 1, "the processes shared one row");
+    assert_eq!(distinct_next, fires, "two fires claimed the same slot");
+    assert_eq!(picked_seconds, fires, "two claims in one second");
+    assert_eq!(fired_seconds, fires, "two handler runs in one second");
+    let seconds_i64 = i64::try_from(seconds).unwrap();
+    assert!(span >= seconds_i64 - 2, "fired over {span} s only");
+    assert!(
+        missed <= (span / 10).max(1),
+        "{missed} of {span} seconds had no fire"
+    );
+}
+
+/// The Python to use for PgQueuer 1.6.0: `PGQUEUER_PYTHON`, else the fixture venv,
+/// else `python3`, whichever has pgqueuer 1.6.0 and asyncpg.
+fn python() -> PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let usable = |python: &str| {
+                Command::new(python)
+                    .args([
+                        "-c",
+                        "import importlib.metadata as m, asyncpg, croniter; \
+                         assert m.version('pgqueuer') == '1.6.0'",
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let setup = "Set PGQUEUER_PYTHON to a Python with pgqueuer 1.6.0, e.g.\n  \
+                 python3 -m venv .venv && .venv/bin/pip install pgqueuer==1.6.0 asyncpg==0.32.0 \
+                 pydantic==2.14.4 pydantic-settings==2.16.3 typer==0.29.2\n  \
+                 export PGQUEUER_PYTHON=$PWD/.venv/bin/python\n(.ci/run does this.)";
+            if let Ok(python) = std::env::var("PGQUEUER_PYTHON") {
+                assert!(
+                    usable(&python),
+                    "PGQUEUER_PYTHON={python} cannot import pgqueuer 1.6.0, asyncpg and croniter.\n{setup}"
+                );
+                return PathBuf::from(python);
+            }
+            let candidates = [
+                "/tmp/pgq-fixture-venvs/1.6.0/bin/python",
+                // What tests/fixtures/capture.sh makes.
+                "/tmp/pgq-fixture-venvs/pgqueuer-1.6.0/bin/python",
+            ];
+            for candidate in candidates {
+                if std::path::Path::new(candidate).exists() && usable(candidate) {
+                    return PathBuf::from(candidate);
+                }
+            }
+            if usable("python3") {
+                return PathBuf::from("python3");
+            }
+            panic!(
+                "no Python with PgQueuer 1.6.0 for the interop tests: PGQUEUER_PYTHON is unset, \
+                 {} do not exist or lack it, and python3 cannot import it.\n{setup}",
+                candidates.join(" and ")
+            );
+        })
+        .clone()
+}
+
+/// Runs tests/scheduler_interop.py; returns the expression PgQueuer stored and how many
+/// fires it ran.
+fn run_python(db: &TestDb, entrypoint: &str, expression: &str, seconds: f64) -> (String, i64) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scheduler_interop.py");
+    let output = Command::new(python())
+        .args([
+            script,
+            &db.dsn(),
+            entrypoint,
+            expression,
+            &seconds.to_string(),
+        ])
+        .output()
+        .expect("run tests/scheduler_interop.py");
+    assert!(
+        output.status.success(),
+        "scheduler_interop.py failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("scheduler_interop.py printed {stdout:?}: {e}"));
+    (
+        summary["normalized"].as_str().unwrap().to_owned(),
+        summary["fires"].as_i64().unwrap(),
+    )
+}
+
+/// Runs a Rust scheduler with one schedule until it has fired `fires` times, recording
+/// each fire in `interop_fires` as side 'rust'.
+fn run_rust(db: &TestDb, entrypoint: &str, expression: &str, fires: usize) {
+    let pool = db.pool(4);
+    let record = pool.clone();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&count);
+    let mut scheduler = Scheduler::new(pool);
+    scheduler
+        .threads(1)
+        .schedule(entrypoint, expression, move |s| {
+            record.get()?.execute(
+                "INSERT INTO interop_fires (side, schedule_id, expression, picked_at)
+                 VALUES ('rust', $1, $2, $3)",
+                &[&s.id, &s.expression, &s.updated],
+            )?;
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    let (stop, thread) = start(scheduler);
+    let done = wait_until(Duration::from_secs(15), || {
+        count.load(Ordering::SeqCst) >= fires
+    });
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+    assert!(
+        done,
+        "the Rust scheduler fired fewer than {fires} times in 15 s"
+    );
+}
+
+fn fires_by_side(db: &TestDb, entrypoint: &str) -> Vec<(String, i64, String)> {
+    db.client()
+        .query(
+            "SELECT f.side, f.schedule_id, f.expression
+               FROM interop_fires f JOIN pgqueuer_schedules s ON s.id = f.schedule_id
+              WHERE s.entrypoint = $1 ORDER BY f.fired_at",
+            &[&entrypoint],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// A schedule registered by Python PgQueuer is run by Rust, and one registered by Rust
+/// is run by Python: same row, same normalized expression, whichever spelling each used.
+#[test]
+fn python_and_rust_run_each_others_schedules() {
+    let db = TestDb::new();
+    db.client()
+        .batch_execute(
+            "CREATE TABLE interop_fires (
+                 side text NOT NULL,
+                 schedule_id bigint NOT NULL,
+                 expression text NOT NULL,
+                 picked_at timestamptz NOT NULL,
+                 fired_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+        )
+        .unwrap();
+
+    // Python first, Rust second.
+    let (normalized, python_fires) = run_python(&db, "py_first", "* * * * MON-SUN *", 4.0);
+    assert_eq!(normalized, "* * * * mon-sun *");
+    assert_eq!(Cron::normalize("* * * * Mon-Sun *").unwrap(), normalized);
+    assert!(python_fires >= 1, "Python did not fire in 4 s");
+    run_rust(&db, "py_first", "* * * * Mon-Sun *", 2);
+    let fires = fires_by_side(&db, "py_first");
+    let ids: std::collections::BTreeSet<i64> = fires.iter().map(|f| f.1).collect();
+    assert_eq!(ids.len(), 1, "one schedule row shared: {fires:?}");
+    assert!(fires.iter().any(|f| f.0 == "python"));
+    assert!(fires.iter().filter(|f| f.0 == "rust").count() >= 2);
+
+    // Rust first, Python second.
+    run_rust(&db, "rs_first", "* * * JAN-DEC * *", 2);
+    let (normalized, python_fires) = run_python(&db, "rs_first", "* * * Jan-Dec * *", 4.0);
+    assert_eq!(normalized, "* * * jan-dec * *");
+    assert!(python_fires >= 1, "Python did not run the Rust schedule");
+    let fires = fires_by_side(&db, "rs_first");
+    let ids: std::collections::BTreeSet<i64> = fires.iter().map(|f| f.1).collect();
+    assert_eq!(ids.len(), 1, "one schedule row shared: {fires:?}");
+    assert!(fires.iter().all(|f| f.2 == "* * * jan-dec * *"));
+
+    // Both at once on one every-second schedule: never two fires in one second.
+    let rust = {
+        let pool = db.pool(4);
+        let record = pool.clone();
+        let mut scheduler = Scheduler::new(pool);
+        scheduler
+            .threads(1)
+            .schedule("both", "* * * * * *", move |s| {
+                record.get()?.execute(
+                    "INSERT INTO interop_fires (side, schedule_id, expression, picked_at)
+                     VALUES ('rust', $1, $2, $3)",
+                    &[&s.id, &s.expression, &s.updated],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        start(scheduler)
+    };
+    run_python(&db, "both", "* * * * * *", 6.0);
+    rust.0.shutdown();
+    rust.1.join().unwrap().unwrap();
+    let both = db
+        .client()
+        .query_one(
+            "SELECT count(*), count(DISTINCT date_trunc('second', f.picked_at)),
+                    count(*) FILTER (WHERE side = 'python')
+               FROM interop_fires f JOIN pgqueuer_schedules s ON s.id = f.schedule_id
+              WHERE s.entrypoint = 'both'",
+            &[],
+        )
+        .unwrap();
+    let (fires, seconds, python): (i64, i64, i64) = (both.get(0), both.get(1), both.get(2));
+    eprintln!("Python and Rust together: {fires} fires ({python} by Python) in {seconds} seconds");
+    assert!(fires >= 4, "only {fires} fires in 6 s");
+    assert_eq!(fires, seconds, "two fires in one second");
+
+    let table = rows(&db);
+    assert_eq!(table.len(), 3, "{table:?}");
+    assert!(
+        table.iter().all(|r| r.status == Some(Status::Queued)),
+        "{table:?}"
+    );
+}
