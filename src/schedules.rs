@@ -61,6 +61,22 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The row as JSON with PgQueuer's column names, timestamps in ISO 8601 UTC (`...Z`).
+    pub fn to_json(&self) -> serde_json::Value {
+        use crate::events::python_time;
+        serde_json::json!({
+            "id": self.id,
+            "expression": self.expression,
+            "entrypoint": self.entrypoint,
+            "heartbeat": python_time(self.heartbeat),
+            "created": python_time(self.created),
+            "updated": python_time(self.updated),
+            "next_run": python_time(self.next_run),
+            "last_run": self.last_run.map(python_time),
+            "status": self.status.map(Status::as_str),
+        })
+    }
+
     /// Reads a row returned with the schedule columns (`status` as text).
     pub(crate) fn from_row(row: &postgres::Row) -> Result<Schedule> {
         let status: Option<String> = row.try_get("status")?;

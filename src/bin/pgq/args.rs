@@ -95,6 +95,15 @@ impl Args {
             .map(|(_, v)| v.as_str())
     }
 
+    /// Every value given for `long`, in order (for repeatable options).
+    pub(crate) fn values(&self, long: &str) -> Vec<&str> {
+        self.values
+            .iter()
+            .filter(|(name, _)| *name == long)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     pub(crate) fn switch(&self, long: &str) -> bool {
         self.switches.contains(&long)
     }

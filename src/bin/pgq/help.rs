@@ -25,6 +25,7 @@ JOBS:
 MONITORING:
     sizes         jobs per entrypoint, priority and status
     backlog       queued jobs per entrypoint, and how old they are
+    schedules     list (and --remove) cron schedules
     stale         picked jobs whose heartbeat is old
     workers       workers holding picked jobs
     dashboard     throughput, backlog and workers (refreshing with --interval)
@@ -203,6 +204,20 @@ OPTIONS:
 ",
     ),
     (
+        "schedules",
+        "\
+pgq schedules [-r|--remove ID|ENTRYPOINT]... [--json]
+
+Lists the cron schedules (PgQueuer's schedules table), after removing the ones named by
+--remove: an all-digit value is a schedule id, anything else an entrypoint (all of its
+schedules). Repeat --remove to remove several.
+
+OPTIONS:
+    -r, --remove ID|ENTRYPOINT   remove first (repeatable)
+    --json                       a JSON array
+",
+    ),
+    (
         "backlog",
         "\
 pgq backlog [--json]
@@ -296,6 +311,7 @@ mod tests {
             "stale",
             "workers",
             "backlog",
+            "schedules",
             "sizes",
             "dashboard",
             "listen",

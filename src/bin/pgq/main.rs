@@ -236,6 +236,7 @@ fn run(argv: Vec<String>) -> Outcome {
         "stale" => monitor::stale(&ctx, rest),
         "workers" => monitor::workers(&ctx, rest),
         "backlog" => monitor::backlog(&ctx, rest),
+        "schedules" => monitor::schedules(&ctx, rest),
         "sizes" => monitor::sizes(&ctx, rest),
         "dashboard" => monitor::dashboard(&ctx, rest),
         "listen" => monitor::listen(&ctx, rest),

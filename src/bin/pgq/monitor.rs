@@ -394,3 +394,54 @@ pub(crate) fn listen(ctx: &Context, argv: Vec<String>) -> Outcome {
     }
     Ok(())
 }
+
+const SCHEDULE_HEADERS: [&str; 7] = [
+    "Id",
+    "Expression",
+    "Entrypoint",
+    "Status",
+    "Next run",
+    "Last run",
+    "Heartbeat",
+];
+
+pub(crate) fn schedules(ctx: &Context, argv: Vec<String>) -> Outcome {
+    let args = Args::parse(
+        "schedules",
+        &[valued("--remove", Some("-r")), switch("--json")],
+        argv,
+    )?;
+    args.none()?;
+    let mut conn = ctx.connect()?;
+    let targets = args.values("--remove");
+    if !targets.is_empty() {
+        let removed = pgqueuer::schedules::remove_targets(&mut *conn, &ctx.settings, &targets)?;
+        eprintln!("Removed {removed} schedule(s).");
+    }
+    let rows = pgqueuer::schedules::list(&mut *conn, &ctx.settings)?;
+    if args.switch("--json") {
+        print_json(rows.iter().map(pgqueuer::Schedule::to_json).collect());
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("No schedules.");
+        return Ok(());
+    }
+    let cells: Vec<Vec<Cell>> = rows
+        .iter()
+        .map(|r| {
+            let v = r.to_json();
+            vec![
+                number(&r.id),
+                text(&r.expression),
+                text(&r.entrypoint),
+                text(r.status.map_or("", pgqueuer::Status::as_str)),
+                text(short_time(&v["next_run"])),
+                text(short_time(&v["last_run"])),
+                text(short_time(&v["heartbeat"])),
+            ]
+        })
+        .collect();
+    print!("{}", table(&SCHEDULE_HEADERS, &cells));
+    Ok(())
+}
