@@ -194,6 +194,19 @@ fn flow(
     (rate, u64::try_from(backlog).unwrap_or(0))
 }
 
+/// Transactions committed in the bench database so far (flushed to the statistics about
+/// once a second).
+fn db_commits(pool: &Pool) -> i64 {
+    pool.get()
+        .unwrap()
+        .query_one(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
 /// `jobs` queued up front, then one worker drains them; jobs per second to empty.
 fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
     let pool = db.pool(u32::try_from(threads).unwrap() + 3);
@@ -211,9 +224,17 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
         .unwrap();
     let counter = Arc::new(AtomicU64::new(0));
     let w = worker(&pool, threads, batch, 0, &counter);
+    std::thread::sleep(Duration::from_millis(1_100));
+    let commits0 = db_commits(&pool);
     let started = Instant::now();
     w.run_until_empty().unwrap();
     let elapsed = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(1_100));
+    let commits = db_commits(&pool) - commits0;
+    eprintln!(
+        "    drain: {:.3} commits per job",
+        commits as f64 / jobs as f64
+    );
     assert_eq!(
         counter.load(Ordering::Relaxed),
         jobs as u64,

@@ -1,7 +1,8 @@
 //! Batched completion: the outcomes of finished handlers, written in one statement per
 //! batch (delete or hold the rows, plus their log rows) as soon as they arrive.
 
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -20,18 +21,31 @@ pub(crate) struct Finished {
 /// Most outcomes written by one statement.
 const MAX_BATCH: usize = 500;
 
+/// Longest wait for the outcomes of handlers still running before a batch is written.
+const LINGER: Duration = Duration::from_millis(2);
+
 /// Runs until every executor has exited (the channel disconnects) and everything
 /// received is written.
 pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>) {
     let mut conn: Option<PooledConn> = None;
     while let Ok(first) = outcomes.recv() {
-        // Whatever else is already waiting joins this batch: no added latency when
-        // idle, larger batches under load.
+        // Whatever else is already waiting joins this batch, and while other handlers
+        // are still running their outcomes are awaited for up to LINGER: one statement
+        // then ends several jobs. A lone job is written at once.
         let mut batch = vec![first];
+        let deadline = Instant::now() + LINGER;
         while batch.len() < MAX_BATCH {
             match outcomes.try_recv() {
                 Ok(next) => batch.push(next),
-                Err(_) => break,
+                Err(_) => {
+                    if run.executing.load(Ordering::SeqCst) == 0 {
+                        break;
+                    }
+                    match outcomes.recv_deadline(deadline) {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
             }
         }
         write(run, &mut conn, &batch);
@@ -72,6 +86,7 @@ fn write(run: &Run, conn: &mut Option<PooledConn>, batch: &[Finished]) {
         };
         match result {
             Ok(written) => {
+                log::trace!("completed {} jobs in one statement", outcomes.len());
                 if written.len() < outcomes.len() {
                     log::info!(
                         "{} finished jobs were no longer held by this worker (cancelled or re-picked)",

@@ -74,6 +74,7 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
                     let _ = ch.wake_tx.try_send(());
                 }
                 if n == 0 {
+                    log::trace!("empty claim (lost race: {})", claim.lost_race);
                     if claim.lost_race {
                         // The winner has committed; claim again in a moment.
                         std::thread::sleep(rng.duration(Duration::from_micros(500)));
@@ -204,6 +205,8 @@ fn drop_if_broken(conn: &mut Option<PooledConn>, e: &Error) {
     reason = "the job is consumed here: it ends with this call"
 )]
 fn execute(run: &Run, conn: &mut Option<PooledConn>, job: Job, ch: &Channels, rng: &mut Jitter) {
+    // Counts this job as executing until its outcome is handed to the completer.
+    let _executing = Executing::new(run);
     let inner = &run.inner;
     let Some(flag) = run.running().get(&job.id).cloned() else {
         log::warn!("job {} is not registered as running; skipping it", job.id);
@@ -318,6 +321,22 @@ fn execute(run: &Run, conn: &mut Option<PooledConn>, job: Job, ch: &Channels, rn
     };
     let traceback = traceback_json(run, &job, &failure, None);
     finish(ch, job.id, status, Some(traceback));
+}
+
+/// Marks one job as executing for as long as it lives (see `Run::executing`).
+struct Executing<'a>(&'a Run);
+
+impl<'a> Executing<'a> {
+    fn new(run: &'a Run) -> Self {
+        run.executing.fetch_add(1, Ordering::SeqCst);
+        Executing(run)
+    }
+}
+
+impl Drop for Executing<'_> {
+    fn drop(&mut self) {
+        self.0.executing.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A handler failure, described for the log's traceback record.

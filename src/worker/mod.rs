@@ -285,6 +285,9 @@ pub(crate) struct Run {
     /// Set by the listener on every table change; the claimer clears it before claiming
     /// and claims again if it was set meanwhile (the change may postdate its snapshot).
     pub(crate) changed: AtomicBool,
+    /// Handlers running right now. The completer waits a moment for their outcomes
+    /// before writing a batch while this is above zero (one statement for several jobs).
+    pub(crate) executing: AtomicUsize,
     /// Counters for the summary.
     pub(crate) counters: Counters,
 }
@@ -422,6 +425,7 @@ impl Worker {
             free: AtomicUsize::new(inner.threads),
             claiming: AtomicBool::new(false),
             changed: AtomicBool::new(false),
+            executing: AtomicUsize::new(0),
             counters: Counters::default(),
         };
         let (wake_tx, wake_rx) = crossbeam_channel::bounded::<()>(inner.threads);
