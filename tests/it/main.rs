@@ -6,7 +6,9 @@
 mod claim;
 mod connect;
 mod harness;
+mod interop;
 mod proxy;
+mod python;
 mod queue;
 mod schema;
 mod worker;
