@@ -1,6 +1,7 @@
 //! Interoperation with the real Python PgQueuer 1.6.0, each test a cross-language run:
 //! schema checks both ways, jobs enqueued on one side and run on the other, a mixed
-//! fleet under one concurrency limit, failures, cancellation and Python's dashboard.
+//! fleet under one concurrency limit, failures, cancellation, crash recovery and
+//! Python's dashboard.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pgqueuer::events::Event;
+use pgqueuer::events::{Event, HealthCheck, Operation, TableChanged};
 use pgqueuer::postgres::Client;
 use pgqueuer::postgres::fallible_iterator::FallibleIterator;
 use pgqueuer::{
-    EntrypointOptions, Error, Job, JobId, NewJob, OnFailure, Pool, Queue, Retry, Settings, Status,
+    Claimer, EntrypointOptions, Error, Job, JobId, NewJob, OnFailure, Pool, Queue, Retry, Settings, Status,
     Worker,
 };
 use serde_json::{Value, json};
@@ -420,6 +421,13 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
     const LIMIT: u32 = 2;
     let db = TestDb::new();
     let mut client = db.client();
+    // Commits need not wait for the disk here: this test is about overlap, not durability.
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET synchronous_commit = off",
+            db.name
+        ))
+        .unwrap();
     create_side_tables(&mut client);
     let stop_capture = Arc::new(AtomicBool::new(false));
     let capture = capture_notifications(&db, stop_capture.clone());
@@ -876,6 +884,20 @@ fn our_cancellation_reaches_a_running_python_handler() {
             ) == 1
         },
     );
+    // Our other two kinds of event reach the same Python listener before the cancel; it
+    // must parse them (check_python_worker: nothing logged at CRITICAL).
+    for event in [
+        Event::from(HealthCheck::new("ch_pgqueuer")),
+        Event::from(TableChanged::new(
+            "ch_pgqueuer",
+            Operation::Update,
+            "pgqueuer",
+        )),
+    ] {
+        client
+            .execute("SELECT pg_notify('ch_pgqueuer', $1)", &[&event.to_json()])
+            .unwrap();
+    }
     assert_eq!(queue.cancel(&[id]).unwrap(), [id]);
     let answer = python.finish().success().json();
     check_python_worker(&answer);
@@ -889,7 +911,113 @@ fn our_cancellation_reaches_a_running_python_handler() {
     assert_eq!(log_of(&mut client, id), ["queued", "picked", "canceled"]);
 }
 
-// 6. Statistics --------------------------------------------------------------------------
+// 6. Crash recovery ----------------------------------------------------------------------
+
+/// A job held by a Python worker killed mid-handler is re-picked by our worker once its
+/// heartbeat is stale, keeping its seat under the limit, and run to success.
+#[test]
+fn our_worker_recovers_a_job_from_a_killed_python_worker() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    create_side_tables(&mut client);
+    let pool = db.pool(4);
+    let id = Queue::new(pool.clone())
+        .enqueue(NewJob::without_payload("orphan"))
+        .unwrap();
+    let mut python = python::spawn_script(
+        &db,
+        "worker.py",
+        &json!({"entrypoint": "orphan", "behaviour": "wait_cancel", "concurrency_limit": 1,
+                "wait_s": 30, "timeout_s": 40}),
+        Duration::from_secs(45),
+    );
+    eventually(Duration::from_secs(20), "the Python handler to start", || {
+        assert!(!python.has_exited(), "the Python worker exited early");
+        scalar(
+            &mut client,
+            &format!("SELECT count(*) FROM interop_marks WHERE job_id = {id} AND what = 'started'"),
+        ) == 1
+    });
+    python.kill();
+    let (owner, slot): (Option<uuid::Uuid>, Option<i64>) = {
+        let row = client
+            .query_one(
+                "SELECT queue_manager_id, slot FROM pgqueuer WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert!(owner.is_some(), "the killed worker's job is not picked");
+    assert_eq!(slot, Some(0), "Python took seat 0 of the limit");
+
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let worker = Worker::builder(pool)
+        .threads(1)
+        .heartbeat_timeout(Duration::from_secs(1))
+        .dequeue_timeout(Duration::from_millis(200))
+        .entrypoint_with(
+            "orphan",
+            EntrypointOptions::new().concurrency_limit(1),
+            move |job, _ctx| {
+                let _ = tx.send(job.clone());
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap();
+    let ours = worker.id();
+    let running = worker.start().unwrap();
+    let job = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("our worker never re-picked the orphaned job");
+    assert_eq!((job.id, job.slot), (id, slot), "the re-pick must keep the seat");
+    assert_eq!(job.queue_manager_id, Some(ours));
+    assert_ne!(owner, Some(ours));
+    let summary = running.join().unwrap();
+    assert_eq!(summary.succeeded, 1);
+    assert_eq!(
+        log_of(&mut client, id),
+        ["queued", "picked", "picked", "successful"]
+    );
+}
+
+/// A job claimed by a Rust process that died (no heartbeats) is re-picked by a Python
+/// `QueueManager` once stale, keeping its seat, and run to success.
+#[test]
+fn python_recovers_a_job_our_dead_claimer_left() {
+    let db = TestDb::new();
+    let pool = db.pool(2);
+    let id = Queue::new(pool.clone())
+        .enqueue(NewJob::new("abandoned", b"still here".to_vec()))
+        .unwrap();
+    let dead = Claimer::builder()
+        .entrypoint("abandoned", 1)
+        .build()
+        .unwrap();
+    let claim = dead.claim(&mut pool.get().unwrap(), 1).unwrap();
+    assert_eq!(claim.jobs.len(), 1);
+    let slot = claim.jobs[0].slot;
+    assert_eq!(slot, Some(0));
+    // Stale for a 1 s heartbeat timeout by the time Python's first dequeue runs.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let answer = python_worker(
+        &db,
+        &json!({"entrypoint": "abandoned", "behaviour": "echo", "concurrency_limit": 1,
+                "heartbeat_timeout_s": 1}),
+    );
+    let seen = answer["seen"].as_array().unwrap();
+    assert_eq!(seen.len(), 1, "{answer}");
+    assert_eq!(seen[0]["id"], id);
+    assert_eq!(seen[0]["slot"], json!(slot), "the re-pick must keep the seat");
+    assert_eq!(seen[0]["payload_hex"], hex(b"still here"));
+    assert_eq!(
+        log_of(&mut db.client(), id),
+        ["queued", "picked", "picked", "successful"]
+    );
+}
+
+// 7. Statistics --------------------------------------------------------------------------
 
 /// Python's `pgq dashboard` (printed once) aggregates the log rows our worker wrote and
 /// shows our entrypoint with every job `successful`.

@@ -241,6 +241,17 @@ impl Running {
     }
 }
 
+impl Running {
+    /// Kills the child at once (SIGKILL: no cleanup, as in a crash) and reaps it.
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("python: killed {}", self.what);
+        }
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {

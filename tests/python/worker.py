@@ -16,6 +16,7 @@ Spec (defaults in brackets):
   concurrency_limit  [0]
   on_failure         ["delete"] or "hold"
   batch_size         [10]
+  heartbeat_timeout_s [30] PgQueuer's heartbeat_timeout (also its stale re-pick threshold)
   timeout_s          [30] stop (and report timed_out) if still running after this
   name               ["python"] label for interop_runs and the ready mark
   gate               [false] first insert (0, 'ready:<name>') into interop_marks, then wait
@@ -105,6 +106,7 @@ async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
                     "headers": job.headers,
                     "attempts": job.attempts,
                     "status": job.status,
+                    "slot": job.slot,
                     "created": micros(job.created),
                     "execute_after": micros(job.execute_after),
                     "dedupe_key": row["dedupe_key"],
@@ -163,6 +165,7 @@ async def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
             mode=QueueExecutionMode.drain,
             batch_size=spec.get("batch_size", 10),
             dequeue_timeout=timedelta(seconds=1),
+            heartbeat_timeout=timedelta(seconds=spec.get("heartbeat_timeout_s", 30.0)),
         )
     finally:
         guard.cancel()
