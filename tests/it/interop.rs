@@ -13,8 +13,8 @@ use pgqueuer::events::{Event, HealthCheck, Operation, TableChanged};
 use pgqueuer::postgres::Client;
 use pgqueuer::postgres::fallible_iterator::FallibleIterator;
 use pgqueuer::{
-    Claimer, EntrypointOptions, Error, Job, JobId, NewJob, OnFailure, Pool, Queue, Retry, Settings, Status,
-    Worker,
+    Claimer, EntrypointOptions, Error, Job, JobId, NewJob, OnFailure, Pool, Queue, Retry, Settings,
+    Status, Worker,
 };
 use serde_json::{Value, json};
 
@@ -807,7 +807,7 @@ fn python_failures_appear_in_ours() {
 // 5. Cancellation ------------------------------------------------------------------------
 
 /// `Queries.mark_job_as_cancelled` from Python reaches our running handler:
-/// `ctx.is_cancelled()` turns true.
+/// `ctx.is_cancelled()` turns true. (On the way, `pgq workers` lists our worker.)
 #[test]
 fn python_cancellation_reaches_our_running_handler() {
     let db = TestDb::new();
@@ -829,12 +829,18 @@ fn python_cancellation_reaches_our_running_handler() {
             Ok(())
         })
         .build()
-        .unwrap()
-        .start()
         .unwrap();
+    let ours = worker.id().to_string();
+    let worker = worker.start().unwrap();
     started_rx
         .recv_timeout(Duration::from_secs(15))
         .expect("our handler never started");
+    // Python's insight commands see our running worker.
+    let workers = python::pgq(&db, &["workers", "--json"]).success().json();
+    assert_eq!(workers.as_array().map(Vec::len), Some(1), "{workers}");
+    assert_eq!(workers[0]["queue_manager_id"], ours);
+    assert_eq!(workers[0]["active_jobs"], 1);
+    assert_eq!(workers[0]["entrypoints"], json!(["rs_long"]));
     let sent = Instant::now();
     python::script(&db, "cancel.py", &json!({ "ids": [id] }));
     let (cancelled, at) = done_rx
@@ -931,13 +937,19 @@ fn our_worker_recovers_a_job_from_a_killed_python_worker() {
                 "wait_s": 30, "timeout_s": 40}),
         Duration::from_secs(45),
     );
-    eventually(Duration::from_secs(20), "the Python handler to start", || {
-        assert!(!python.has_exited(), "the Python worker exited early");
-        scalar(
-            &mut client,
-            &format!("SELECT count(*) FROM interop_marks WHERE job_id = {id} AND what = 'started'"),
-        ) == 1
-    });
+    eventually(
+        Duration::from_secs(20),
+        "the Python handler to start",
+        || {
+            assert!(!python.has_exited(), "the Python worker exited early");
+            scalar(
+                &mut client,
+                &format!(
+                    "SELECT count(*) FROM interop_marks WHERE job_id = {id} AND what = 'started'"
+                ),
+            ) == 1
+        },
+    );
     python.kill();
     let (owner, slot): (Option<uuid::Uuid>, Option<i64>) = {
         let row = client
@@ -971,7 +983,11 @@ fn our_worker_recovers_a_job_from_a_killed_python_worker() {
     let job = rx
         .recv_timeout(Duration::from_secs(15))
         .expect("our worker never re-picked the orphaned job");
-    assert_eq!((job.id, job.slot), (id, slot), "the re-pick must keep the seat");
+    assert_eq!(
+        (job.id, job.slot),
+        (id, slot),
+        "the re-pick must keep the seat"
+    );
     assert_eq!(job.queue_manager_id, Some(ours));
     assert_ne!(owner, Some(ours));
     let summary = running.join().unwrap();
@@ -1009,7 +1025,11 @@ fn python_recovers_a_job_our_dead_claimer_left() {
     let seen = answer["seen"].as_array().unwrap();
     assert_eq!(seen.len(), 1, "{answer}");
     assert_eq!(seen[0]["id"], id);
-    assert_eq!(seen[0]["slot"], json!(slot), "the re-pick must keep the seat");
+    assert_eq!(
+        seen[0]["slot"],
+        json!(slot),
+        "the re-pick must keep the seat"
+    );
     assert_eq!(seen[0]["payload_hex"], hex(b"still here"));
     assert_eq!(
         log_of(&mut db.client(), id),

@@ -6,9 +6,11 @@
 mod claim;
 mod connect;
 mod harness;
-mod interop;
 mod proxy;
-mod python;
 mod queue;
 mod schema;
 mod worker;
+
+// Interoperation with the real Python PgQueuer 1.6.0 (see python.rs for the interpreter).
+mod interop;
+mod python;
