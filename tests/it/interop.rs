@@ -81,7 +81,7 @@ struct Sample {
     payload: Option<Vec<u8>>,
     priority: i32,
     delay: Duration,
-    dedupe_key: Option<&'static str>,
+    dedupe_key: Option<String>,
     /// JSON `null` for "no headers".
     headers: Value,
 }
@@ -89,13 +89,13 @@ struct Sample {
 /// Non-UTF-8, absent, empty and text payloads; negative, zero and positive priorities;
 /// nested headers and none; dedupe keys; one job delayed by `delay`.
 fn samples(tag: &str, delay: Duration) -> Vec<Sample> {
-    let key = |k: &str| -> &'static str { Box::leak(format!("{tag}-{k}").into_boxed_str()) };
+    let key = |k: &str| Some(format!("{tag}-{k}"));
     vec![
         Sample {
             payload: Some(vec![0xff, 0xfe, 0x00, 0x80, b'b', b'i', b'n', 0xc3, 0x28]),
             priority: 7,
             delay: Duration::ZERO,
-            dedupe_key: Some(key("binary")),
+            dedupe_key: key("binary"),
             headers: json!({"trace_id": tag, "n": 1, "nested": {"list": [1, "two", null, true]}}),
         },
         Sample {
@@ -116,7 +116,7 @@ fn samples(tag: &str, delay: Duration) -> Vec<Sample> {
             payload: Some("délai ✓".as_bytes().to_vec()),
             priority: 2,
             delay,
-            dedupe_key: Some(key("delayed")),
+            dedupe_key: key("delayed"),
             headers: json!({"delayed": true}),
         },
     ]
@@ -130,8 +130,8 @@ impl Sample {
         }
         .priority(self.priority)
         .execute_after(self.delay);
-        if let Some(key) = self.dedupe_key {
-            job = job.dedupe_key(key);
+        if let Some(key) = &self.dedupe_key {
+            job = job.dedupe_key(key.as_str());
         }
         if !self.headers.is_null() {
             job = job.headers(self.headers.clone());
@@ -201,6 +201,26 @@ fn drain(pool: &Pool, entrypoint: &str, options: EntrypointOptions) -> pgqueuer:
 
 // 1. Schema ------------------------------------------------------------------------------
 
+/// `pgq upgrade --plan` printed no SQL statement (it prints the delta on stdout, headed by
+/// comments, and its verdict on stderr).
+#[track_caller]
+fn assert_nothing_planned(plan: &python::Output) {
+    let statements: Vec<&str> = plan
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("--"))
+        .collect();
+    assert!(
+        statements.is_empty(),
+        "pgq upgrade --plan wants to change our schema: {statements:#?}\n{plan:?}"
+    );
+    assert!(
+        plan.stderr.contains("already up to date"),
+        "pgq upgrade --plan did not report an up-to-date schema: {plan:?}"
+    );
+}
+
 /// Our `upgrade()` satisfies Python's `pgq verify` and leaves `pgq upgrade --plan` with
 /// nothing to do; Python's `pgq install` satisfies our `verify()`, leaves our `upgrade()`
 /// with nothing to change, and our worker runs a job on it.
@@ -220,21 +240,7 @@ fn schemas_are_accepted_both_ways() {
             .contains("All required PgQueuer database objects are present."),
         "{verify:?}"
     );
-    let plan = python::pgq(&ours, &["upgrade", "--plan"]).success();
-    let statements: Vec<&str> = plan
-        .stdout
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("--"))
-        .collect();
-    assert!(
-        statements.is_empty(),
-        "pgq upgrade --plan wants to change our schema: {statements:#?}\n{plan:?}"
-    );
-    assert!(
-        plan.stderr.contains("already up to date"),
-        "pgq upgrade --plan did not report an up-to-date schema: {plan:?}"
-    );
+    assert_nothing_planned(&python::pgq(&ours, &["upgrade", "--plan"]).success());
 
     // The same with a prefix and a schema: PgQueuer names every object after them.
     let prefixed = TestDb::empty();
@@ -242,10 +248,8 @@ fn schemas_are_accepted_both_ways() {
     pgqueuer::upgrade_with(&mut prefixed.client(), &settings).unwrap();
     let env = [("PGQUEUER_PREFIX", "app_"), ("PGQUEUER_SCHEMA", "myq")];
     python::pgq_with_env(&prefixed, &env, &["verify", "--expect", "present"]).success();
-    let plan = python::pgq_with_env(&prefixed, &env, &["upgrade", "--plan"]).success();
-    assert!(
-        plan.stdout.trim().is_empty() && plan.stderr.contains("already up to date"),
-        "pgq upgrade --plan wants to change our prefixed schema: {plan:?}"
+    assert_nothing_planned(
+        &python::pgq_with_env(&prefixed, &env, &["upgrade", "--plan"]).success(),
     );
 
     let theirs = TestDb::empty();
@@ -314,7 +318,7 @@ fn python_enqueues_and_our_worker_runs_identical_jobs() {
         assert_eq!(job.entrypoint, "py2rs");
         assert_eq!(job.payload, sample.payload, "payload of job {id}");
         assert_eq!(job.priority, sample.priority, "priority of job {id}");
-        assert_eq!(job.dedupe_key.as_deref(), sample.dedupe_key);
+        assert_eq!(job.dedupe_key, sample.dedupe_key, "dedupe key of job {id}");
         assert_eq!(
             job.headers.clone().unwrap_or(Value::Null),
             sample.headers,
@@ -381,7 +385,11 @@ fn our_enqueue_runs_in_python_with_identical_data() {
         );
         assert_eq!(got["priority"], sample.priority, "priority of job {id}");
         assert_eq!(got["headers"], sample.headers, "headers of job {id}");
-        assert_eq!(got["dedupe_key"], json!(sample.dedupe_key));
+        assert_eq!(
+            got["dedupe_key"],
+            json!(sample.dedupe_key),
+            "dedupe key of job {id}"
+        );
         assert_eq!(got["attempts"], 0);
         assert_eq!(got["status"], "picked");
         let created = got["created"].as_i64().unwrap();
@@ -432,7 +440,7 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
     let stop_capture = Arc::new(AtomicBool::new(false));
     let capture = capture_notifications(&db, stop_capture.clone());
 
-    let python_workers: Vec<python::Running> = ["py-1", "py-2"]
+    let mut python_workers: Vec<python::Running> = ["py-1", "py-2"]
         .iter()
         .map(|name| {
             python::spawn_script(
@@ -448,7 +456,6 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
         })
         .collect();
     // Both Python managers are set up and wait for jobs before any exist.
-    let mut python_workers = python_workers;
     eventually(Duration::from_secs(30), "both Python workers ready", || {
         if let Some(i) = python_workers
             .iter_mut()
@@ -552,9 +559,9 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
     // Sweep the intervals: ends sort before starts at the same microsecond, so touching
     // intervals do not count as overlapping.
     events.sort_unstable();
-    let (mut running, mut max_running) = (0, 0);
+    let (mut running, mut max_running) = (0i64, 0i64);
     for (_, delta) in &events {
-        running += delta;
+        running += i64::from(*delta);
         max_running = max_running.max(running);
     }
     eprintln!(
@@ -562,10 +569,10 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
          max handlers overlapping {max_running} (limit {LIMIT})"
     );
     assert!(
-        max_running <= LIMIT as i32,
+        max_running <= i64::from(LIMIT),
         "{max_running} handlers overlapped under a limit of {LIMIT}"
     );
-    assert_eq!(max_running, LIMIT as i32, "the limit was never reached");
+    assert_eq!(max_running, i64::from(LIMIT), "the limit was never reached");
     for name in ["py-1", "py-2", "rs-1", "rs-2"] {
         assert!(
             per_worker.get(name).copied().unwrap_or(0) > 0,
