@@ -13,3 +13,7 @@ mod queue;
 mod scheduler;
 mod schema;
 mod worker;
+
+// Interoperation with the real Python PgQueuer 1.6.0 (see python.rs for the interpreter).
+mod interop;
+mod python;
