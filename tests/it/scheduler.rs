@@ -479,62 +479,11 @@ fn three_processes_fire_an_every_second_schedule_once_per_second() {
     );
 }
 
-/// The Python to use for PgQueuer 1.6.0: `PGQUEUER_PYTHON`, else the fixture venv,
-/// else `python3`, whichever has pgqueuer 1.6.0 and asyncpg.
-fn python() -> PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let usable = |python: &str| {
-                Command::new(python)
-                    .args([
-                        "-c",
-                        "import importlib.metadata as m, asyncpg, croniter; \
-                         assert m.version('pgqueuer') == '1.6.0'",
-                    ])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            };
-            let setup = "Set PGQUEUER_PYTHON to a Python with pgqueuer 1.6.0, e.g.\n  \
-                 python3 -m venv .venv && .venv/bin/pip install pgqueuer==1.6.0 asyncpg==0.32.0 \
-                 pydantic==2.14.4 pydantic-settings==2.16.3 typer==0.29.2\n  \
-                 export PGQUEUER_PYTHON=$PWD/.venv/bin/python\n(.ci/run does this.)";
-            if let Ok(python) = std::env::var("PGQUEUER_PYTHON") {
-                assert!(
-                    usable(&python),
-                    "PGQUEUER_PYTHON={python} cannot import pgqueuer 1.6.0, asyncpg and croniter.\n{setup}"
-                );
-                return PathBuf::from(python);
-            }
-            let candidates = [
-                "/tmp/pgq-fixture-venvs/1.6.0/bin/python",
-                // What tests/fixtures/capture.sh makes.
-                "/tmp/pgq-fixture-venvs/pgqueuer-1.6.0/bin/python",
-            ];
-            for candidate in candidates {
-                if std::path::Path::new(candidate).exists() && usable(candidate) {
-                    return PathBuf::from(candidate);
-                }
-            }
-            if usable("python3") {
-                return PathBuf::from("python3");
-            }
-            panic!(
-                "no Python with PgQueuer 1.6.0 for the interop tests: PGQUEUER_PYTHON is unset, \
-                 {} do not exist or lack it, and python3 cannot import it.\n{setup}",
-                candidates.join(" and ")
-            );
-        })
-        .clone()
-}
-
 /// Runs tests/scheduler_interop.py; returns the expression PgQueuer stored and how many
 /// fires it ran.
 fn run_python(db: &TestDb, entrypoint: &str, expression: &str, seconds: f64) -> (String, i64) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scheduler_interop.py");
-    let output = Command::new(python())
+    let output = Command::new(crate::python::interpreter())
         .args([
             script,
             &db.dsn(),
