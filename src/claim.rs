@@ -205,6 +205,11 @@ impl Claimer {
         self.worker_id
     }
 
+    /// True when any entrypoint of this claimer has a concurrency limit.
+    pub fn is_capacity_gated(&self) -> bool {
+        self.capacity_gated
+    }
+
     /// The claim statement this claimer runs (for inspection and `EXPLAIN`).
     pub fn claim_sql(&self) -> &str {
         self.statements

@@ -9,7 +9,7 @@ use postgres::{Client, NoTls};
 
 use super::Run;
 use crate::error::chain;
-use crate::events::{Event, HealthCheck};
+use crate::events::{Event, HealthCheck, Operation};
 use crate::sql;
 
 /// How long one wait for notifications lasts; also the listener's shutdown latency.
@@ -65,9 +65,19 @@ fn connect(run: &Run) -> Result<Client, postgres::Error> {
 /// Acts on one notification payload.
 fn handle(run: &Run, wake: &Sender<()>, payload: &str, probe: &mut Option<(uuid::Uuid, Instant)>) {
     match Event::parse(payload) {
-        Ok(Event::TableChanged(_)) => {
-            run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
-            let _ = wake.try_send(());
+        Ok(Event::TableChanged(change)) => {
+            // New or requeued jobs always matter. A delete can only matter by freeing a
+            // concurrency seat, so it wakes a thread only when a limited entrypoint is
+            // ours; a truncate leaves nothing to claim.
+            let relevant = match change.operation {
+                Operation::Insert | Operation::Update => true,
+                Operation::Delete => run.inner.claimer.is_capacity_gated(),
+                Operation::Truncate => false,
+            };
+            if relevant {
+                run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = wake.try_send(());
+            }
         }
         Ok(Event::Cancellation(c)) => {
             let running = run.running();

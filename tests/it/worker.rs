@@ -729,3 +729,42 @@ fn bad_worker_options_are_rejected() {
     let statuses = queue.job_statuses(&[foreign]).unwrap();
     assert_eq!(statuses[&foreign], Status::Queued);
 }
+
+/// An idle thread's wait is cut short at the next deferred job's due time: with a 60 s
+/// dequeue timeout, a job due in 1.5 s starts on time although nothing notifies then.
+#[test]
+fn a_deferred_job_starts_when_due_without_polling() {
+    let db = TestDb::new();
+    let pool = db.pool(4);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let worker = Worker::builder(pool.clone())
+        .threads(1)
+        .dequeue_timeout(Duration::from_secs(60))
+        .entrypoint("later", move |_job, _ctx| {
+            tx.send(Instant::now()).unwrap();
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    Queue::new(pool)
+        .enqueue(NewJob::new("later", Vec::new()).execute_after(Duration::from_millis(1_500)))
+        .unwrap();
+    let started = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the deferred job never ran");
+    let waited = started - sent;
+    eprintln!("deferred job started after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(1_450),
+        "started early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(2_500),
+        "started late: {waited:?}"
+    );
+    worker.join().unwrap();
+}
