@@ -71,7 +71,6 @@ fn run(
     jobs: i64,
     threads: usize,
     batch: usize,
-    generic: bool,
 ) -> f64 {
     let mut client = db.config.connect(NoTls).unwrap();
     client
@@ -96,7 +95,6 @@ fn run(
                     .build()
                     .unwrap();
                 let mut conn = pool.get().unwrap();
-                conn.set_generic_plans(generic).unwrap();
                 let mut empty_in_a_row = 0;
                 loop {
                     let t0 = Instant::now();
@@ -161,7 +159,6 @@ fn main() {
     let rounds: usize = env_or("PGQ_BENCH_ROUNDS", 3);
     let threads: usize = env_or("PGQ_BENCH_THREADS", 2);
     let batch: usize = env_or("PGQ_BENCH_BATCH", 5);
-    let generic = env_or("PGQ_BENCH_GENERIC_PLANS", 1) == 1;
     let db = BenchDb::create();
     let options = pgqueuer::ConnectOptions {
         max_size: u32::try_from(threads).unwrap() + 1,
@@ -181,7 +178,7 @@ fn main() {
     );
     for round in 1..=rounds {
         for (i, (name, limit)) in modes.iter().enumerate() {
-            let rate = run(&db, &pool, *limit, jobs, threads, batch, generic);
+            let rate = run(&db, &pool, *limit, jobs, threads, batch);
             eprintln!("  round {round}: {name:<11} {rate:>9.0} jobs/s");
             rates[i].push(rate);
         }

@@ -28,7 +28,6 @@ pub struct Conn {
     client: Client,
     statements: HashMap<String, Statement>,
     config: Config,
-    generic_plans: bool,
 }
 
 impl Conn {
@@ -43,28 +42,6 @@ impl Conn {
         let statement = self.client.prepare(sql)?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
-    }
-
-    /// Switches this session's `plan_cache_mode` to `force_generic_plan` (`on`) or back
-    /// to the server default, sending nothing when it is already so.
-    ///
-    /// Every statement this crate runs per job is written to plan well without knowing
-    /// its parameters, and planning the claim afresh costs more than running it, so the
-    /// worker runs with generic plans on the connections it holds. It switches back
-    /// before a connection returns to the pool.
-    ///
-    /// # Errors
-    /// [`Error::Db`] when the setting cannot be changed.
-    pub fn set_generic_plans(&mut self, on: bool) -> Result<()> {
-        if self.generic_plans != on {
-            self.client.batch_execute(if on {
-                "SET plan_cache_mode = force_generic_plan"
-            } else {
-                "RESET plan_cache_mode"
-            })?;
-            self.generic_plans = on;
-        }
-        Ok(())
     }
 
     /// The configuration this connection was opened with (to open another like it).
@@ -138,7 +115,6 @@ impl r2d2::ManageConnection for Manager {
             client: self.inner.connect()?,
             statements: HashMap::new(),
             config: self.config.clone(),
-            generic_plans: false,
         })
     }
 

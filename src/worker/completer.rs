@@ -50,9 +50,6 @@ pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>) {
         }
         write(run, &mut conn, &batch);
     }
-    if let Some(mut c) = conn {
-        let _ = c.set_generic_plans(false);
-    }
 }
 
 /// Writes a batch, retrying with backoff while the database is unreachable. Outcomes are
@@ -73,13 +70,9 @@ fn write(run: &Run, conn: &mut Option<PooledConn>, batch: &[Finished]) {
         let result = match conn {
             Some(c) => run.inner.claimer.complete(c, &outcomes),
             None => match run.inner.pool.get() {
-                Ok(mut c) => {
-                    let on = c.set_generic_plans(true);
+                Ok(c) => {
                     *conn = Some(c);
-                    match on {
-                        Ok(()) => continue,
-                        Err(e) => Err(e),
-                    }
+                    continue;
                 }
                 Err(e) => Err(e.into()),
             },

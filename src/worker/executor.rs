@@ -122,9 +122,6 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         execute(run, &mut conn, job, ch, &mut rng);
         run.release(1);
     }
-    if let Some(mut c) = conn {
-        let _ = c.set_generic_plans(false);
-    }
 }
 
 /// Nothing to claim: stop (drain mode) or wait for a wake-up, a handed-over job, the
@@ -174,15 +171,13 @@ fn sleep_or_shutdown(run: &Run, d: Duration) {
     let _ = run.shutdown.receiver().recv_timeout(d);
 }
 
-/// This thread's connection, checked out (once) with generic plans on.
+/// This thread's connection, checked out once and kept.
 fn connection<'c>(
     run: &Run,
     conn: &'c mut Option<PooledConn>,
 ) -> Result<&'c mut PooledConn, Error> {
     if conn.is_none() {
-        let mut c = run.inner.pool.get()?;
-        c.set_generic_plans(true)?;
-        *conn = Some(c);
+        *conn = Some(run.inner.pool.get()?);
     }
     Ok(conn.as_mut().unwrap_or_else(|| unreachable!("set above")))
 }

@@ -24,9 +24,7 @@ pub(crate) fn run(run: &Run, alive: &Receiver<()>) {
             Some(c) => run.inner.claimer.heartbeat(c, &ids),
             None => match run.inner.pool.get() {
                 Ok(mut c) => {
-                    let beat = c
-                        .set_generic_plans(true)
-                        .and_then(|()| run.inner.claimer.heartbeat(&mut c, &ids));
+                    let beat = run.inner.claimer.heartbeat(&mut c, &ids);
                     conn = Some(c);
                     beat
                 }
@@ -48,8 +46,5 @@ pub(crate) fn run(run: &Run, alive: &Receiver<()>) {
                 wait = retry;
             }
         }
-    }
-    if let Some(mut c) = conn {
-        let _ = c.set_generic_plans(false);
     }
 }
