@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use super::Run;
+use super::executor::drop_if_broken;
 use crate::claim::Outcome;
 use crate::connect::PooledConn;
 use crate::job::{JobId, Status};
@@ -14,8 +15,21 @@ use crate::job::{JobId, Status};
 /// One finished job, from an executor.
 pub(crate) struct Finished {
     pub(crate) id: JobId,
-    pub(crate) status: Status,
-    pub(crate) traceback: Option<serde_json::Value>,
+    pub(crate) end: End,
+}
+
+/// How a job ended.
+pub(crate) enum End {
+    /// Delete (or hold, for `Failed`) the row and log the status.
+    Done {
+        status: Status,
+        traceback: Option<serde_json::Value>,
+    },
+    /// Put the row back in the queue after `delay`, logging `queued` with the reason.
+    Retry {
+        delay: Duration,
+        traceback: serde_json::Value,
+    },
 }
 
 /// Most outcomes written by one statement.
@@ -52,23 +66,65 @@ pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>) {
     }
 }
 
-/// Writes a batch, retrying with backoff while the database is unreachable. Outcomes are
-/// never dropped while the worker runs; after shutdown it gives up after a bounded time
-/// (the rows then go stale and are re-picked: at-least-once).
+/// Writes a batch (ends in one statement, then each retry), retrying with backoff while
+/// the database is unreachable. Outcomes are never dropped while the worker runs; after
+/// shutdown it gives up after a bounded time (the rows then go stale and are re-picked:
+/// at-least-once).
 fn write(run: &Run, conn: &mut Option<PooledConn>, batch: &[Finished]) {
-    let outcomes: Vec<Outcome> = batch
+    let ends: Vec<Outcome> = batch
         .iter()
-        .map(|f| Outcome {
-            id: f.id,
-            status: f.status,
-            traceback: f.traceback.clone(),
+        .filter_map(|f| match &f.end {
+            End::Done { status, traceback } => Some(Outcome {
+                id: f.id,
+                status: *status,
+                traceback: traceback.clone(),
+            }),
+            End::Retry { .. } => None,
         })
         .collect();
+    if !ends.is_empty() {
+        let written = persist(run, conn, "outcomes", |claimer, c| {
+            claimer.complete(c, &ends)
+        });
+        if let Some(written) = written {
+            log::trace!("completed {} jobs in one statement", ends.len());
+            if written.len() < ends.len() {
+                log::info!(
+                    "{} finished jobs were no longer held by this worker (cancelled or re-picked)",
+                    ends.len() - written.len()
+                );
+            }
+        }
+    }
+    for f in batch {
+        if let End::Retry { delay, traceback } = &f.end {
+            let owned = persist(run, conn, "a retry", |claimer, c| {
+                claimer.retry(c, f.id, *delay, traceback)
+            });
+            if owned == Some(false) {
+                log::warn!("job {} was no longer ours when its retry was written", f.id);
+            }
+        }
+    }
+    let mut running = run.running();
+    for f in batch {
+        running.remove(&f.id);
+    }
+}
+
+/// Runs `op` on the completer's connection until it succeeds, or until shutdown plus a
+/// bounded time (`None`).
+fn persist<T>(
+    run: &Run,
+    conn: &mut Option<PooledConn>,
+    what: &str,
+    mut op: impl FnMut(&crate::Claimer, &mut PooledConn) -> crate::Result<T>,
+) -> Option<T> {
     let mut backoff = Duration::from_millis(20);
     let mut waited = Duration::ZERO;
     loop {
         let result = match conn {
-            Some(c) => run.inner.claimer.complete(c, &outcomes),
+            Some(c) => op(&run.inner.claimer, c),
             None => match run.inner.pool.get() {
                 Ok(c) => {
                     *conn = Some(c);
@@ -78,35 +134,13 @@ fn write(run: &Run, conn: &mut Option<PooledConn>, batch: &[Finished]) {
             },
         };
         match result {
-            Ok(written) => {
-                log::trace!("completed {} jobs in one statement", outcomes.len());
-                if written.len() < outcomes.len() {
-                    log::info!(
-                        "{} finished jobs were no longer held by this worker (cancelled or re-picked)",
-                        outcomes.len() - written.len()
-                    );
-                }
-                let mut running = run.running();
-                for f in batch {
-                    running.remove(&f.id);
-                }
-                return;
-            }
+            Ok(value) => return Some(value),
             Err(e) => {
-                log::warn!(
-                    "pgqueuer could not write {} outcomes (retrying in {backoff:?}): {e}",
-                    batch.len()
-                );
-                if conn.as_ref().is_some_and(|c| c.is_closed()) || matches!(e, crate::Error::Db(_))
-                {
-                    conn.take();
-                }
+                log::warn!("pgqueuer could not write {what} (retrying in {backoff:?}): {e}");
+                drop_if_broken(conn, &e);
                 if run.stopping() && waited > Duration::from_secs(30) {
-                    log::error!(
-                        "giving up on {} outcomes after shutdown; their jobs will be re-picked",
-                        batch.len()
-                    );
-                    return;
+                    log::error!("giving up on {what} after shutdown; the jobs will be re-picked");
+                    return None;
                 }
                 std::thread::sleep(backoff);
                 waited += backoff;

@@ -1,14 +1,14 @@
 //! The executor thread loop: take a handed-over job or claim, run, pass on the outcome.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, TryLockError};
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::Run;
-use super::completer::Finished;
+use super::completer::{End, Finished};
 use super::entrypoint::{Context, JobError};
 use crate::connect::PooledConn;
 use crate::error::{Error, chain};
@@ -38,103 +38,113 @@ pub(crate) struct Channels {
 /// The executor loop of thread `index`.
 pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
     let mut rng = Jitter::new(index);
-    let mut conn: Option<PooledConn> = None;
     let mut backoff = Duration::from_millis(50);
     loop {
         if let Ok(job) = ch.handoff_rx.try_recv() {
-            execute(run, &mut conn, job, ch, &mut rng);
+            execute(run, job, ch, &mut rng);
             run.release(1);
             continue;
         }
         if run.stopping() {
             break;
         }
-        if run.claiming.swap(true, Ordering::SeqCst) {
-            // Another thread is claiming for every idle thread, this one included.
-            wait(run, ch, run.inner.dequeue_timeout, &mut conn, &mut rng);
-            continue;
-        }
+        // One claimer at a time, on the one claim connection: it claims for every idle
+        // thread, so this thread, if idle, gets a handed-over job from it.
+        let mut slot = match run.claim_conn.try_lock() {
+            Ok(slot) => slot,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                wait(run, ch, run.inner.dequeue_timeout, &mut rng);
+                continue;
+            }
+        };
         let take = run.reserve(run.inner.batch_size);
         if take == 0 {
             // Every idle thread is promised a handed-over job; ours is on its way.
-            run.claiming.store(false, Ordering::SeqCst);
-            wait(run, ch, Duration::from_millis(5), &mut conn, &mut rng);
+            drop(slot);
+            wait(run, ch, Duration::from_millis(5), &mut rng);
             continue;
         }
         run.changed.store(false, Ordering::SeqCst);
-        let claimed = connection(run, &mut conn).and_then(|c| run.inner.claimer.claim(c, take));
-        run.claiming.store(false, Ordering::SeqCst);
-        match claimed {
-            Ok(claim) => {
-                backoff = Duration::from_millis(50);
-                let n = claim.jobs.len();
-                run.release(take - n);
-                if n < take && run.changed.load(Ordering::SeqCst) {
-                    // Jobs may have arrived after this claim's snapshot: look again.
-                    let _ = ch.wake_tx.try_send(());
-                }
-                if n == 0 {
-                    log::trace!("empty claim (lost race: {})", claim.lost_race);
-                    if claim.lost_race {
-                        // The winner has committed; claim again in a moment.
-                        std::thread::sleep(rng.duration(Duration::from_micros(500)));
-                        continue;
-                    }
-                    if run.changed.load(Ordering::SeqCst) {
-                        continue;
-                    }
-                    idle(run, ch, &mut conn, &mut rng);
-                    continue;
-                }
-                log::trace!("claimed {n} jobs ({take} threads reserved)");
-                {
-                    let mut running = run.running();
-                    for job in &claim.jobs {
-                        running.insert(job.id, Arc::new(AtomicBool::new(false)));
-                    }
-                }
-                if n == take || claim.lost_race {
-                    // A full batch (or a contended one): more work is probably waiting.
-                    let _ = ch.wake_tx.try_send(());
-                }
-                let mut jobs = claim.jobs.into_iter();
-                let first = jobs.next();
-                for job in jobs {
-                    // Cannot fail: this thread holds a receiver.
-                    let _ = ch.handoff_tx.send(job);
-                }
-                if let Some(job) = first {
-                    execute(run, &mut conn, job, ch, &mut rng);
-                }
-                run.release(1);
-            }
+        let claimed = connection(run, &mut slot).and_then(|c| run.inner.claimer.claim(c, take));
+        let claim = match claimed {
+            Ok(claim) => claim,
             Err(e) => {
+                drop_if_broken(&mut slot, &e);
+                drop(slot);
                 run.release(take);
                 log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
-                drop_if_broken(&mut conn, &e);
                 sleep_or_shutdown(run, backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        let n = claim.jobs.len();
+        run.release(take - n);
+        if n == 0 {
+            log::trace!("empty claim (lost race: {})", claim.lost_race);
+            if claim.lost_race {
+                // The winner has committed; claim again in a moment.
+                drop(slot);
+                std::thread::sleep(rng.duration(Duration::from_micros(500)));
+                continue;
+            }
+            if run.changed.load(Ordering::SeqCst) {
+                // Jobs may have arrived after this claim's snapshot: look again.
+                continue;
+            }
+            let next_due = next_due(run, &mut slot);
+            drop(slot);
+            idle(run, ch, next_due, &mut rng);
+            continue;
+        }
+        drop(slot);
+        log::trace!("claimed {n} jobs ({take} threads reserved)");
+        {
+            let mut running = run.running();
+            for job in &claim.jobs {
+                running.insert(job.id, Arc::new(AtomicBool::new(false)));
             }
         }
+        if n == take || claim.lost_race || run.changed.load(Ordering::SeqCst) {
+            // A full or contended batch, or a change after its snapshot: more work is
+            // probably waiting for the next claimer.
+            let _ = ch.wake_tx.try_send(());
+        }
+        let mut jobs = claim.jobs.into_iter();
+        let first = jobs.next();
+        for job in jobs {
+            // Cannot fail: this thread holds a receiver.
+            let _ = ch.handoff_tx.send(job);
+        }
+        if let Some(job) = first {
+            execute(run, job, ch, &mut rng);
+        }
+        run.release(1);
     }
     // Jobs handed over after the other threads left are run here.
     while let Ok(job) = ch.handoff_rx.try_recv() {
-        execute(run, &mut conn, job, ch, &mut rng);
+        execute(run, job, ch, &mut rng);
         run.release(1);
+    }
+}
+
+/// When the next queued job of our entrypoints is due (`None`: nothing queued). On a
+/// database error, a short poll instead.
+fn next_due(run: &Run, slot: &mut Option<PooledConn>) -> Option<Duration> {
+    match connection(run, slot).and_then(|c| run.inner.claimer.next_due(c)) {
+        Ok(due) => due,
+        Err(e) => {
+            drop_if_broken(slot, &e);
+            Some(MIN_POLL)
+        }
     }
 }
 
 /// Nothing to claim: stop (drain mode) or wait for a wake-up, a handed-over job, the
 /// next deferred job's due time, the dequeue timeout or shutdown.
-fn idle(run: &Run, ch: &Channels, conn: &mut Option<PooledConn>, rng: &mut Jitter) {
-    let next_due = connection(run, conn).and_then(|c| run.inner.claimer.next_due(c));
-    let next_due = match next_due {
-        Ok(due) => due,
-        Err(e) => {
-            drop_if_broken(conn, &e);
-            Some(MIN_POLL)
-        }
-    };
+fn idle(run: &Run, ch: &Channels, next_due: Option<Duration>, rng: &mut Jitter) {
     if run.drain && next_due.is_none() && run.running().is_empty() && ch.handoff_rx.is_empty() {
         log::debug!("drain: nothing queued and nothing running; stopping");
         run.shutdown.shutdown();
@@ -144,20 +154,14 @@ fn idle(run: &Run, ch: &Channels, conn: &mut Option<PooledConn>, rng: &mut Jitte
         Some(due) => due.clamp(MIN_POLL, run.inner.dequeue_timeout),
         None => run.inner.dequeue_timeout,
     };
-    wait(run, ch, timeout, conn, rng);
+    wait(run, ch, timeout, rng);
 }
 
-fn wait(
-    run: &Run,
-    ch: &Channels,
-    timeout: Duration,
-    conn: &mut Option<PooledConn>,
-    rng: &mut Jitter,
-) {
+fn wait(run: &Run, ch: &Channels, timeout: Duration, rng: &mut Jitter) {
     select! {
         recv(ch.handoff_rx) -> job => {
             if let Ok(job) = job {
-                execute(run, conn, job, ch, rng);
+                execute(run, job, ch, rng);
                 run.release(1);
             }
         }
@@ -171,7 +175,7 @@ fn sleep_or_shutdown(run: &Run, d: Duration) {
     let _ = run.shutdown.receiver().recv_timeout(d);
 }
 
-/// This thread's connection, checked out once and kept.
+/// The claim connection, checked out from the pool on first use and kept.
 fn connection<'c>(
     run: &Run,
     conn: &'c mut Option<PooledConn>,
@@ -183,7 +187,7 @@ fn connection<'c>(
 }
 
 /// Gives a connection back (the pool discards it if closed) after a connection error.
-fn drop_if_broken(conn: &mut Option<PooledConn>, e: &Error) {
+pub(crate) fn drop_if_broken(conn: &mut Option<PooledConn>, e: &Error) {
     let lost = match e {
         Error::Db(db) => sqlstate::is_connection_lost(db),
         Error::Pool(_) => true,
@@ -199,7 +203,7 @@ fn drop_if_broken(conn: &mut Option<PooledConn>, e: &Error) {
     clippy::needless_pass_by_value,
     reason = "the job is consumed here: it ends with this call"
 )]
-fn execute(run: &Run, conn: &mut Option<PooledConn>, job: Job, ch: &Channels, rng: &mut Jitter) {
+fn execute(run: &Run, job: Job, ch: &Channels, rng: &mut Jitter) {
     // Counts this job as executing until its outcome is handed to the completer.
     let _executing = Executing::new(run);
     let inner = &run.inner;
@@ -237,23 +241,17 @@ fn execute(run: &Run, conn: &mut Option<PooledConn>, job: Job, ch: &Channels, rn
             return;
         }
         Ok(Err(JobError::Retry(retry))) => {
-            let reason = retry.reason.clone();
-            match requeue(
+            let reason = retry.reason.as_deref();
+            requeue(
                 run,
-                conn,
+                ch,
                 &job,
                 retry.delay,
                 "RetryRequested",
-                reason.as_deref().unwrap_or(""),
-                reason.as_deref(),
-            ) {
-                Ok(()) => return,
-                Err(e) => Failure {
-                    type_name: "RetryFailed",
-                    message: format!("the retry could not be written: {e}"),
-                    traceback: format!("retry requested ({reason:?}) but writing it failed: {e}"),
-                },
-            }
+                reason.unwrap_or(""),
+                reason,
+            );
+            return;
         }
         Ok(Err(JobError::Failed { error, type_name })) => Failure {
             type_name,
@@ -288,19 +286,16 @@ fn execute(run: &Run, conn: &mut Option<PooledConn>, job: Job, ch: &Channels, rn
             failure.type_name,
             failure.message
         );
-        if requeue(
+        requeue(
             run,
-            conn,
+            ch,
             &job,
             delay,
             failure.type_name,
             &failure.message,
             Some(&failure.message),
-        )
-        .is_ok()
-        {
-            return;
-        }
+        );
+        return;
     }
     log::warn!(
         "job {} ({}) failed: {}: {}",
@@ -341,51 +336,35 @@ struct Failure {
     traceback: String,
 }
 
-/// Writes a retry now (not through the completer) and forgets the job.
+/// Hands a retry to the completer, which writes it at once.
 fn requeue(
     run: &Run,
-    conn: &mut Option<PooledConn>,
+    ch: &Channels,
     job: &Job,
     delay: Duration,
     type_name: &'static str,
     message: &str,
     reason: Option<&str>,
-) -> Result<(), Error> {
+) {
     let failure = Failure {
         type_name,
         message: message.to_owned(),
         traceback: format!("retry requested: {message}"),
     };
     let traceback = traceback_json(run, job, &failure, Some((delay, reason)));
-    let result =
-        connection(run, conn).and_then(|c| run.inner.claimer.retry(c, job.id, delay, &traceback));
-    match result {
-        Ok(owned) => {
-            run.running().remove(&job.id);
-            if owned {
-                run.counters.retried.fetch_add(1, Ordering::Relaxed);
-            } else {
-                log::warn!(
-                    "job {} was no longer ours when its retry was written",
-                    job.id
-                );
-            }
-            Ok(())
-        }
-        Err(e) => {
-            log::warn!("pgqueuer could not requeue job {}: {e}", job.id);
-            drop_if_broken(conn, &e);
-            Err(e)
-        }
-    }
+    run.counters.retried.fetch_add(1, Ordering::Relaxed);
+    // Cannot fail while the completer lives, and it outlives every executor.
+    let _ = ch.outcome_tx.send(Finished {
+        id: job.id,
+        end: End::Retry { delay, traceback },
+    });
 }
 
 fn finish(ch: &Channels, id: i64, status: Status, traceback: Option<serde_json::Value>) {
     // Cannot fail while the completer lives, and it outlives every executor.
     let _ = ch.outcome_tx.send(Finished {
         id,
-        status,
-        traceback,
+        end: End::Done { status, traceback },
     });
 }
 

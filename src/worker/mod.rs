@@ -21,16 +21,16 @@ pub use entrypoint::{
 };
 
 use crate::claim::{Claimer, Statements};
-use crate::connect::Pool;
+use crate::connect::{Pool, PooledConn};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId};
 use crate::settings::Settings;
 use crate::shutdown::ShutdownHandle;
 use entrypoint::{Handler, Registry};
 
-/// Connections a worker holds besides one per executor thread: the heartbeat thread's and
-/// the completer's (the listener opens its own, outside the pool).
-const EXTRA_CONNECTIONS: u32 = 2;
+/// Pool connections a worker holds: the claim connection, the heartbeat thread's and the
+/// completer's (the listener opens its own, outside the pool).
+const POOL_CONNECTIONS: u32 = 3;
 
 /// Builds a [`Worker`]. Every default is PgQueuer's where PgQueuer has one.
 pub struct WorkerBuilder {
@@ -170,14 +170,12 @@ impl WorkerBuilder {
         if self.max_concurrent_tasks == Some(0) {
             return Err(Error::invalid("max_concurrent_tasks", "must be at least 1"));
         }
-        let threads = u32::try_from(self.threads).unwrap_or(u32::MAX);
-        let needed = threads.saturating_add(EXTRA_CONNECTIONS);
-        if self.pool.max_size() < needed {
+        if self.pool.max_size() < POOL_CONNECTIONS {
             return Err(Error::invalid(
                 "pool",
                 format!(
-                    "the pool holds at most {} connections; a worker with {threads} threads needs {needed} \
-                     (one per thread, plus heartbeats and completions)",
+                    "the pool holds at most {} connections; a worker needs {POOL_CONNECTIONS} \
+                     (claims, heartbeats, completions), plus any its handlers take",
                     self.pool.max_size()
                 ),
             ));
@@ -278,10 +276,11 @@ pub(crate) struct Run {
     /// to a batch of these before claiming, so a claim never takes more jobs than there
     /// are threads to start them.
     pub(crate) free: AtomicUsize,
-    /// Held by the one executor that is claiming: a single claimer at a time takes every
-    /// idle thread's share in one statement, where several claiming at once would each
-    /// take a sliver (and pay a commit each).
-    pub(crate) claiming: AtomicBool,
+    /// The connection claims run on, and the claim token: the one executor holding this
+    /// lock claims for every idle thread in one statement, where several claiming at once
+    /// would each take a sliver (and pay a commit each). Executors need no connection of
+    /// their own, so a worker holds three pool connections whatever its thread count.
+    pub(crate) claim_conn: Mutex<Option<PooledConn>>,
     /// Set by the listener on every table change; the claimer clears it before claiming
     /// and claims again if it was set meanwhile (the change may postdate its snapshot).
     pub(crate) changed: AtomicBool,
@@ -354,7 +353,8 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A builder using `pool` (which must hold at least `threads + 2` connections).
+    /// A builder using `pool`. The worker holds three of its connections (claims,
+    /// heartbeats, completions) whatever the thread count, plus one of its own for LISTEN.
     pub fn builder(pool: Pool) -> WorkerBuilder {
         WorkerBuilder {
             pool,
@@ -423,7 +423,7 @@ impl Worker {
             drain,
             running: Mutex::new(HashMap::new()),
             free: AtomicUsize::new(inner.threads),
-            claiming: AtomicBool::new(false),
+            claim_conn: Mutex::new(None),
             changed: AtomicBool::new(false),
             executing: AtomicUsize::new(0),
             counters: Counters::default(),

@@ -705,7 +705,7 @@ fn bad_worker_options_are_rejected() {
         ),
         (
             "pool",
-            Worker::builder(pool.clone()).threads(8).entrypoint("a", ok),
+            Worker::builder(db.pool(2)).threads(1).entrypoint("a", ok),
         ),
     ];
     for (needle, builder) in cases {
