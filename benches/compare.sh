@@ -51,11 +51,11 @@ print("| shape | rust jobs/s (median) | python jobs/s (median) | rust / python |
 print("|---|---:|---:|---:|")
 for label, rust_shape, py_shape in [
     ("flow, PgQueuer's shape (1 producer x10)", "flow pgqueuer", "flow pgqueuer"),
-    ("flow, rust 2 producers x100 vs PgQueuer's shape", "flow 16 threads, 2 producers", "flow pgqueuer"),
-    ("drain (rust 16 threads x50, python 5 consumers x10)", "drain", "drain"),
+    ("flow, rust 64 threads + 2 producers x100 vs PgQueuer's shape", "flow 64 threads", "flow pgqueuer"),
+    ("drain (rust 64 threads x64, python 5 consumers x10)", "drain", "drain"),
 ]:
     if rust_shape == "drain":
-        xs = [x["value"] for x in rows if x["impl"] == "rust" and x["shape"].startswith("drain") and "16 thr" in x["shape"]]
+        xs = [x["value"] for x in rows if x["impl"] == "rust" and x["shape"].startswith("drain") and "64 thr" in x["shape"]]
         r = statistics.median(xs) if xs else float("nan")
     else:
         r = med("rust", rust_shape)

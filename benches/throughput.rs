@@ -157,7 +157,7 @@ fn flow(
     limit: u32,
     window: Duration,
 ) -> (f64, u64) {
-    let pool = db.pool(u32::try_from(threads + producers).unwrap() + 3);
+    let pool = db.pool(u32::try_from(producers).unwrap() + 4);
     db.reset(&pool);
     let counter = Arc::new(AtomicU64::new(0));
     let running = worker(&pool, threads, batch, limit, &counter)
@@ -209,7 +209,7 @@ fn db_commits(pool: &Pool) -> i64 {
 
 /// `jobs` queued up front, then one worker drains them; jobs per second to empty.
 fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
-    let pool = db.pool(u32::try_from(threads).unwrap() + 3);
+    let pool = db.pool(4);
     db.reset(&pool);
     let queue = Queue::new(pool.clone());
     let all: Vec<NewJob> = (0..jobs)
@@ -331,7 +331,13 @@ fn main() {
             ("flow 1 thread, batch 1", 1, 1, 1, 10),
             ("flow 4 threads, batch 10", 4, 10, 1, 10),
             ("flow 16 threads, batch 50", 16, 50, 1, 100),
-            ("flow 16 threads, 2 producers x100", 16, 10, 2, 100),
+            (
+                "flow 64 threads, batch 64, 2 producers x100",
+                64,
+                64,
+                2,
+                100,
+            ),
         ];
         for &(name, threads, batch, producers, pbatch) in shapes {
             let (rate, backlog) = flow(&db, threads, batch, producers, pbatch, 0, window);
@@ -344,7 +350,7 @@ fn main() {
         }
     }
     if wants("drain") {
-        for (threads, batch) in [(4, 10), (16, 50)] {
+        for (threads, batch) in [(4, 10), (16, 50), (64, 64)] {
             let rate = drain(&db, drain_jobs, threads, batch);
             record(
                 format!("drain {drain_jobs} ({threads} thr, batch {batch})"),
