@@ -14,7 +14,10 @@
 //!   --enqueue N               enqueue N jobs spread over the entrypoints first
 //!   --drain                   stop when the queue is empty (default: run until signalled)
 //!   --record                  record each run in table `pgqueuer_example_runs`
-//!                             (job_id, entrypoint, started, finished, pid) for checks
+//!                             (job_id, entrypoint, started, finished, pid) for checks;
+//!                             `pid` is this process's id; `finished` is the server's
+//!                             clock when the row is written. A failed write is retried
+//!                             for up to a minute (the server may be restarting).
 //!   --quiet                   no progress lines
 
 use std::process::ExitCode;
@@ -113,6 +116,36 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes one run's row, retrying while the database is unreachable (a run that cannot
+/// be recorded fails its job after a minute).
+fn record_run(
+    pool: &pgqueuer::Pool,
+    job: &pgqueuer::Job,
+    started: std::time::SystemTime,
+) -> Result<(), pgqueuer::Error> {
+    let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let written = pool.get().map_err(pgqueuer::Error::from).and_then(|mut c| {
+            c.execute(
+                "INSERT INTO pgqueuer_example_runs VALUES ($1, $2, $3, clock_timestamp(), $4)",
+                &[&job.id, &job.entrypoint, &started, &pid],
+            )
+            .map_err(pgqueuer::Error::from)
+        });
+        match written {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("worker: recording job {} failed, retrying: {e}", job.id);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn run(o: &Options) -> Result<(), pgqueuer::Error> {
     let connect = pgqueuer::ConnectOptions {
         max_size: u32::try_from(o.threads)
@@ -158,10 +191,7 @@ fn run(o: &Options) -> Result<(), pgqueuer::Error> {
                 std::thread::sleep(Duration::from_millis(millis.min(10)));
             }
             if record {
-                pool.get()?.execute(
-                    "INSERT INTO pgqueuer_example_runs VALUES ($1, $2, $3, clock_timestamp(), pg_backend_pid())",
-                    &[&job.id, &job.entrypoint, &started],
-                )?;
+                record_run(&pool, job, started)?;
             }
             done.fetch_add(1, Ordering::Relaxed);
             Ok(())
