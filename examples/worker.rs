@@ -128,8 +128,13 @@ fn record_run(
     let mut backoff = Duration::from_millis(20);
     loop {
         let written = pool.get().map_err(pgqueuer::Error::from).and_then(|mut c| {
+            // Idempotent: when a commit's answer is lost (a terminated connection), the
+            // retry must not record the same run twice.
             c.execute(
-                "INSERT INTO pgqueuer_example_runs VALUES ($1, $2, $3, clock_timestamp(), $4)",
+                "INSERT INTO pgqueuer_example_runs \
+                 SELECT $1::bigint, $2::text, $3::timestamptz, clock_timestamp(), $4::int \
+                 WHERE NOT EXISTS (SELECT 1 FROM pgqueuer_example_runs \
+                                   WHERE job_id = $1 AND started = $3 AND pid = $4)",
                 &[&job.id, &job.entrypoint, &started, &pid],
             )
             .map_err(pgqueuer::Error::from)

@@ -7,6 +7,7 @@
 //! the tests fail with a message saying how to get a server. Nothing is ever skipped.
 
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -242,9 +243,8 @@ impl Throwaway {
             self.server.port,
             self.dir.display()
         );
-        let log = self.dir.join("server.log");
-        let log = log.to_str().ok_or("non-UTF-8 temp dir")?;
-        self.pg_ctl(&["-l", log, "-o", &options, "start"])?;
+        let log = self.log_path()?;
+        self.pg_ctl(&["-l", &log, "-o", &options, "start"])?;
         self.wait_ready()
     }
 
@@ -255,8 +255,18 @@ impl Throwaway {
 
     /// Stops and starts the server (fast shutdown) and waits until it accepts connections.
     pub fn restart(&self) -> Result<(), String> {
-        self.pg_ctl(&["-m", "fast", "restart"])?;
+        // `-l` here too: a server writing to pg_ctl's stdout would hold our pipe open.
+        let log = self.log_path()?;
+        self.pg_ctl(&["-l", &log, "-m", "fast", "restart"])?;
         self.wait_ready()
+    }
+
+    fn log_path(&self) -> Result<String, String> {
+        self.dir
+            .join("server.log")
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| "non-UTF-8 temp dir".to_owned())
     }
 
     fn wait_ready(&self) -> Result<(), String> {
@@ -292,9 +302,12 @@ impl Throwaway {
             c.args(["-c", &script]);
             c
         };
+        // A process group of its own: whatever signals the test's group (`timeout`, a
+        // terminal's ^C) must not take the watchdog with it.
         c.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+            .stderr(std::process::Stdio::null())
+            .process_group(0);
         c.spawn().map_err(|e| format!("starting the watchdog: {e}"))?;
         Ok(())
     }
