@@ -1374,6 +1374,24 @@ fn bad_input_gets_clear_errors_and_corrupts_nothing() {
             &[&format!("invalid setting {name}")],
         );
     }
+    // An entrypoint name PostgreSQL cannot store would fail every claim at run time.
+    expect_err(
+        "worker entrypoint with a NUL",
+        Worker::builder(pool.clone())
+            .threads(1)
+            .entrypoint("bad\0name", |_job, _ctx| Ok(()))
+            .build()
+            .map(drop),
+        &["entrypoint", "NUL"],
+    );
+    expect_err(
+        "claimer entrypoint with a NUL",
+        pgqueuer::Claimer::builder()
+            .entrypoint("bad\0name", 1)
+            .build()
+            .map(drop),
+        &["entrypoint", "NUL"],
+    );
     let from_env = Settings::from_lookup(|k| {
         (k == "PGQUEUER_QUEUE_TABLE").then(|| "jobs; DROP TABLE x".to_owned())
     });
