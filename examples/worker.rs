@@ -189,18 +189,22 @@ fn run(o: &Options) -> Result<(), pgqueuer::Error> {
         .dequeue_timeout(Duration::from_secs_f64(o.dequeue_timeout));
     for (name, limit, millis) in &o.entrypoints {
         let (done, pool, record, millis) = (done.clone(), pool.clone(), o.record, *millis);
-        builder = builder.entrypoint_with(name, EntrypointOptions::new().concurrency_limit(*limit), move |job, ctx| {
-            let started = std::time::SystemTime::now();
-            let until = Instant::now() + Duration::from_millis(millis);
-            while Instant::now() < until && !ctx.is_cancelled() {
-                std::thread::sleep(Duration::from_millis(millis.min(10)));
-            }
-            if record {
-                record_run(&pool, job, started)?;
-            }
-            done.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        });
+        builder = builder.entrypoint_with(
+            name,
+            EntrypointOptions::new().concurrency_limit(*limit),
+            move |job, ctx| {
+                let started = std::time::SystemTime::now();
+                let until = Instant::now() + Duration::from_millis(millis);
+                while Instant::now() < until && !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(millis.min(10)));
+                }
+                if record {
+                    record_run(&pool, job, started)?;
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            },
+        );
     }
     let worker = builder.build()?;
     let stop = worker.shutdown_handle();

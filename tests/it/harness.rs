@@ -6,8 +6,8 @@
 //! `postgres` user when run as root) and stopped when the test process exits. Otherwise
 //! the tests fail with a message saying how to get a server. Nothing is ever skipped.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -308,7 +308,8 @@ impl Throwaway {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .process_group(0);
-        c.spawn().map_err(|e| format!("starting the watchdog: {e}"))?;
+        c.spawn()
+            .map_err(|e| format!("starting the watchdog: {e}"))?;
         Ok(())
     }
 
@@ -418,7 +419,9 @@ pub fn init_logging() {
                     std::thread::current().name().unwrap_or("?"),
                     record.args()
                 );
-                let mut lines = CAPTURED.lock().unwrap_or_else(|e| e.into_inner());
+                let mut lines = CAPTURED
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if lines.len() >= 20_000 {
                     lines.drain(..10_000);
                 }
@@ -434,7 +437,9 @@ pub fn init_logging() {
     }
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
-        let inner = env_logger::Builder::from_default_env().is_test(true).build();
+        let inner = env_logger::Builder::from_default_env()
+            .is_test(true)
+            .build();
         let level = inner.filter().max(log::LevelFilter::Warn);
         if log::set_boxed_logger(Box::new(Capture(inner))).is_ok() {
             log::set_max_level(level);
@@ -446,7 +451,7 @@ pub fn init_logging() {
 pub fn captured(needle: &str) -> Vec<String> {
     CAPTURED
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .filter(|l| l.contains(needle))
         .cloned()
