@@ -1776,6 +1776,15 @@ fn soak_keeps_worker_memory_flat() {
     let first = samples.first().copied().unwrap_or(0);
     let last = rss.or(samples.last().copied()).unwrap_or(0);
     let max = samples.iter().copied().max().unwrap_or(0).max(last);
+    // The curve at every tenth of the run, to tell a creep from a plateau.
+    let curve: Vec<u64> = (0..=10)
+        .filter_map(|i| {
+            samples
+                .get((samples.len().saturating_sub(1)) * i / 10)
+                .copied()
+        })
+        .collect();
+    eprintln!("soak: RSS KiB at each tenth of the run {curve:?}");
     // Allocators settle within the first seconds; growth after that is what matters.
     let settled = samples.get(3).copied().unwrap_or(first);
     eprintln!(
