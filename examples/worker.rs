@@ -14,7 +14,10 @@
 //!   --enqueue N               enqueue N jobs spread over the entrypoints first
 //!   --drain                   stop when the queue is empty (default: run until signalled)
 //!   --record                  record each run in table `pgqueuer_example_runs`
-//!                             (job_id, entrypoint, started, finished, pid) for checks
+//!                             (job_id, entrypoint, started, finished, pid) for checks;
+//!                             `pid` is this process's id; `finished` is the server's
+//!                             clock when the row is written. A failed write is retried
+//!                             for up to a minute (the server may be restarting).
 //!   --quiet                   no progress lines
 
 use std::process::ExitCode;
@@ -113,6 +116,41 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes one run's row, retrying while the database is unreachable (a run that cannot
+/// be recorded fails its job after a minute).
+fn record_run(
+    pool: &pgqueuer::Pool,
+    job: &pgqueuer::Job,
+    started: std::time::SystemTime,
+) -> Result<(), pgqueuer::Error> {
+    let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let written = pool.get().map_err(pgqueuer::Error::from).and_then(|mut c| {
+            // Idempotent: when a commit's answer is lost (a terminated connection), the
+            // retry must not record the same run twice.
+            c.execute(
+                "INSERT INTO pgqueuer_example_runs \
+                 SELECT $1::bigint, $2::text, $3::timestamptz, clock_timestamp(), $4::int \
+                 WHERE NOT EXISTS (SELECT 1 FROM pgqueuer_example_runs \
+                                   WHERE job_id = $1 AND started = $3 AND pid = $4)",
+                &[&job.id, &job.entrypoint, &started, &pid],
+            )
+            .map_err(pgqueuer::Error::from)
+        });
+        match written {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("worker: recording job {} failed, retrying: {e}", job.id);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn run(o: &Options) -> Result<(), pgqueuer::Error> {
     let connect = pgqueuer::ConnectOptions {
         max_size: u32::try_from(o.threads)
@@ -151,21 +189,22 @@ fn run(o: &Options) -> Result<(), pgqueuer::Error> {
         .dequeue_timeout(Duration::from_secs_f64(o.dequeue_timeout));
     for (name, limit, millis) in &o.entrypoints {
         let (done, pool, record, millis) = (done.clone(), pool.clone(), o.record, *millis);
-        builder = builder.entrypoint_with(name, EntrypointOptions::new().concurrency_limit(*limit), move |job, ctx| {
-            let started = std::time::SystemTime::now();
-            let until = Instant::now() + Duration::from_millis(millis);
-            while Instant::now() < until && !ctx.is_cancelled() {
-                std::thread::sleep(Duration::from_millis(millis.min(10)));
-            }
-            if record {
-                pool.get()?.execute(
-                    "INSERT INTO pgqueuer_example_runs VALUES ($1, $2, $3, clock_timestamp(), pg_backend_pid())",
-                    &[&job.id, &job.entrypoint, &started],
-                )?;
-            }
-            done.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        });
+        builder = builder.entrypoint_with(
+            name,
+            EntrypointOptions::new().concurrency_limit(*limit),
+            move |job, ctx| {
+                let started = std::time::SystemTime::now();
+                let until = Instant::now() + Duration::from_millis(millis);
+                while Instant::now() < until && !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(millis.min(10)));
+                }
+                if record {
+                    record_run(&pool, job, started)?;
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            },
+        );
     }
     let worker = builder.build()?;
     let stop = worker.shutdown_handle();

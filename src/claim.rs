@@ -118,8 +118,8 @@ impl ClaimerBuilder {
     /// Validates and renders the statements.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for no entrypoint, an empty or repeated entrypoint name, or
-    /// a zero heartbeat timeout; [`Error::InvalidSetting`] for bad settings.
+    /// [`Error::InvalidInput`] for no entrypoint, an empty or repeated entrypoint name, a
+    /// name with a NUL character, or a zero heartbeat timeout; [`Error::InvalidSetting`] for bad settings.
     pub fn build(self) -> Result<Claimer> {
         if self.entrypoints.is_empty() {
             return Err(Error::invalid(
@@ -130,6 +130,14 @@ impl ClaimerBuilder {
         for (i, (name, _)) in self.entrypoints.iter().enumerate() {
             if name.is_empty() {
                 return Err(Error::invalid("entrypoint", "the name must not be empty"));
+            }
+            if name.contains('\0') {
+                return Err(Error::invalid(
+                    "entrypoint",
+                    format!(
+                        "{name:?} contains a NUL character, which PostgreSQL text cannot store"
+                    ),
+                ));
             }
             if self.entrypoints[..i].iter().any(|(n, _)| n == name) {
                 return Err(Error::invalid(

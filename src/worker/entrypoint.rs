@@ -256,6 +256,13 @@ impl Registry {
         if name.is_empty() {
             return Err(Error::invalid("entrypoint", "the name must not be empty"));
         }
+        if name.contains('\0') {
+            // PostgreSQL text cannot hold it: every claim would fail at run time.
+            return Err(Error::invalid(
+                "entrypoint",
+                format!("{name:?} contains a NUL character, which PostgreSQL text cannot store"),
+            ));
+        }
         if self.by_name.contains_key(&name) {
             return Err(Error::invalid(
                 "entrypoint",
@@ -349,6 +356,20 @@ mod tests {
             JobError::from(Retry::after(Duration::from_secs(1))),
             JobError::Retry(_)
         ));
+    }
+
+    #[test]
+    fn names_postgres_cannot_store_are_rejected() {
+        let handler: Handler = Arc::new(|_job: &Job, _ctx: &Context<'_>| Ok(()));
+        let mut registry = Registry::default();
+        let err = registry
+            .add("a\0b".into(), EntrypointOptions::new(), handler.clone())
+            .unwrap_err();
+        assert!(err.to_string().contains("NUL"), "{err}");
+        assert!(registry.order.is_empty());
+        registry
+            .add("a".into(), EntrypointOptions::new(), handler)
+            .unwrap();
     }
 
     #[test]

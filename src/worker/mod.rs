@@ -135,8 +135,8 @@ impl WorkerBuilder {
     /// Checks the options and the database schema.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad option (no entrypoint, a repeated entrypoint,
-    /// zero threads or batch size, a zero timeout, a pool too small for the threads);
+    /// [`Error::InvalidInput`] for a bad option (no entrypoint, a repeated entrypoint, an
+    /// entrypoint name with a NUL character, zero threads or batch size, a zero timeout, a pool too small for the threads);
     /// [`Error::Schema`] when the database lacks an object the worker needs, such as the
     /// capacity-slot column or index (run `upgrade()` first); [`Error::Pool`] or
     /// [`Error::Db`] when the schema cannot be checked.

@@ -6,6 +6,7 @@
 //! `postgres` user when run as root) and stopped when the test process exits. Otherwise
 //! the tests fail with a message saying how to get a server. Nothing is ever skipped.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -99,20 +100,111 @@ fn find_or_start_server() -> Server {
     }
 }
 
-/// initdb + postgres in a temporary directory, on a free port, with a watchdog that
-/// stops it when this process exits.
+/// The fallback server of the whole test process: a [`Throwaway`] that lives until the
+/// process exits (its watchdog stops it then).
 fn start_throwaway_server() -> Result<Server, String> {
-    let bindir = find_server_bindir().ok_or("PostgreSQL server binaries (initdb) not found")?;
-    let dir = std::env::temp_dir().join(format!("pgqueuer-test-server-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    let as_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0"))
-        .unwrap_or(false);
-    let run_as = |program: &Path, args: &[&str]| -> Command {
+    let throwaway = Throwaway::new(&[])?;
+    let server = throwaway.server.clone();
+    // Kept for the life of the process; the watchdog stops the server after it exits.
+    std::mem::forget(throwaway);
+    Ok(server)
+}
+
+/// A PostgreSQL server of a test's own: initdb into a temporary directory (as user
+/// `postgres` when run as root), trust authentication unless told otherwise, a free
+/// port on 127.0.0.1, fsync off. It can be stopped, started and restarted with the same
+/// data directory and port (`pg_ctl`, fast shutdown: sessions are terminated). Dropping
+/// it stops the server and removes the directory; a watchdog process does the same if
+/// the test process dies first.
+pub struct Throwaway {
+    pub server: Server,
+    dir: PathBuf,
+    data: PathBuf,
+    bindir: PathBuf,
+    as_root: bool,
+}
+
+impl Throwaway {
+    /// initdb and start. `hba_first` lines go at the top of `pg_hba.conf`, before the
+    /// trust lines (e.g. `host all someone 127.0.0.1/32 scram-sha-256`).
+    pub fn new(hba_first: &[&str]) -> Result<Throwaway, String> {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let bindir = find_server_bindir().ok_or("PostgreSQL server binaries (initdb) not found")?;
+        let dir = std::env::temp_dir().join(format!(
+            "pgqueuer-test-server-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        let as_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0\n"))
+            .unwrap_or(false);
         if as_root {
+            let status = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(&dir)
+                .status();
+            if !matches!(status, Ok(s) if s.success()) {
+                return Err(
+                    "running as root and cannot hand the data directory to user postgres".into(),
+                );
+            }
+        }
+        let port = free_port()?;
+        let throwaway = Throwaway {
+            server: Server {
+                host: "127.0.0.1".into(),
+                port,
+                user: "postgres".into(),
+            },
+            data: dir.join("data"),
+            dir,
+            bindir,
+            as_root,
+        };
+        let data = throwaway.data_str()?;
+        let out = throwaway
+            .command(
+                "initdb",
+                &["-D", &data, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+            )
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        if !hba_first.is_empty() {
+            let path = throwaway.data.join("pg_hba.conf");
+            let old = std::fs::read_to_string(&path).map_err(|e| format!("read pg_hba: {e}"))?;
+            let new = format!("{}\n{old}", hba_first.join("\n"));
+            std::fs::write(&path, new).map_err(|e| format!("write pg_hba: {e}"))?;
+        }
+        throwaway.spawn_watchdog()?;
+        throwaway.start()?;
+        eprintln!(
+            "pgqueuer tests: started a throwaway PostgreSQL on 127.0.0.1:{port} in {}",
+            throwaway.dir.display()
+        );
+        Ok(throwaway)
+    }
+
+    fn data_str(&self) -> Result<String, String> {
+        self.data
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| "non-UTF-8 temp dir".to_owned())
+    }
+
+    /// A server program run as the user owning the data directory.
+    fn command(&self, program: &str, args: &[&str]) -> Command {
+        let program = self.bindir.join(program);
+        if self.as_root {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(program).args(args);
             c
@@ -121,66 +213,124 @@ fn start_throwaway_server() -> Result<Server, String> {
             c.args(args);
             c
         }
-    };
-    if as_root {
-        let status = Command::new("chown")
-            .args(["postgres:postgres"])
-            .arg(&dir)
-            .status();
-        if !matches!(status, Ok(s) if s.success()) {
-            return Err(
-                "running as root and cannot hand the data directory to user postgres".into(),
-            );
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let data = self.data_str()?;
+        let mut all = vec!["-D", &data, "-w", "-t", "60"];
+        all.extend_from_slice(args);
+        let out = self
+            .command("pg_ctl", &all)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_ctl {args:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pg_ctl {args:?} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
         }
     }
-    let data = dir.join("data");
-    let data_s = data.to_str().ok_or("non-UTF-8 temp dir")?;
-    let out = run_as(
-        &bindir.join("initdb"),
-        &["-D", data_s, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-    )
-    .output()
-    .map_err(|e| format!("initdb: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
+
+    /// Starts the server (same data directory and port) and waits until it accepts
+    /// connections.
+    pub fn start(&self) -> Result<(), String> {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off",
+            self.server.port,
+            self.dir.display()
+        );
+        let log = self.log_path()?;
+        self.pg_ctl(&["-l", &log, "-o", &options, "start"])?;
+        self.wait_ready()
     }
-    let port = free_port()?;
-    let postgres = bindir.join("postgres");
-    let cmd = format!(
-        "{bin} -D {data} -p {port} -k {dir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off & \
-         pg=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -INT $pg",
-        bin = postgres.display(),
-        data = data_s,
-        dir = dir.display(),
-        parent = std::process::id(),
-    );
-    let mut c = run_as(Path::new("/bin/sh"), &["-c", &cmd]);
-    c.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    c.spawn().map_err(|e| format!("starting postgres: {e}"))?;
-    let server = Server {
-        host: "127.0.0.1".into(),
-        port,
-        user: "postgres".into(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match server.config("postgres").connect(NoTls) {
-            Ok(_) => {
-                eprintln!(
-                    "pgqueuer tests: started a throwaway PostgreSQL on 127.0.0.1:{port} in {}",
-                    dir.display()
-                );
-                return Ok(server);
+
+    /// Stops the server with a fast shutdown (open sessions are terminated) and waits.
+    pub fn stop(&self) -> Result<(), String> {
+        self.pg_ctl(&["-m", "fast", "stop"])
+    }
+
+    /// Stops and starts the server (fast shutdown) and waits until it accepts connections.
+    pub fn restart(&self) -> Result<(), String> {
+        // `-l` here too: a server writing to pg_ctl's stdout would hold our pipe open.
+        let log = self.log_path()?;
+        self.pg_ctl(&["-l", &log, "-m", "fast", "restart"])?;
+        self.wait_ready()
+    }
+
+    fn log_path(&self) -> Result<String, String> {
+        self.dir
+            .join("server.log")
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| "non-UTF-8 temp dir".to_owned())
+    }
+
+    fn wait_ready(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.server.config("postgres").connect(NoTls) {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!("throwaway server did not start: {e}"));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
-            Err(e) if Instant::now() > deadline => {
-                return Err(format!("throwaway server did not start: {e}"));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
+    }
+
+    /// A process that outlives this one: once the test process is gone it stops the
+    /// server at once and removes the directory.
+    fn spawn_watchdog(&self) -> Result<(), String> {
+        let data = self.data_str()?;
+        let script = format!(
+            "while [ -d /proc/{parent} ]; do sleep 1; done; \
+             {pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; rm -rf {dir}",
+            parent = std::process::id(),
+            pg_ctl = self.bindir.join("pg_ctl").display(),
+            dir = self.dir.display(),
+        );
+        let mut c = if self.as_root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", "/bin/sh", "-c", &script]);
+            c
+        } else {
+            let mut c = Command::new("/bin/sh");
+            c.args(["-c", &script]);
+            c
+        };
+        // A process group of its own: whatever signals the test's group (`timeout`, a
+        // terminal's ^C) must not take the watchdog with it.
+        c.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0);
+        c.spawn()
+            .map_err(|e| format!("starting the watchdog: {e}"))?;
+        Ok(())
+    }
+
+    /// The DSN of `dbname` on this server.
+    pub fn dsn(&self, dbname: &str) -> String {
+        self.server.dsn(dbname)
+    }
+
+    /// A superuser connection to database `postgres`.
+    pub fn admin(&self) -> Client {
+        self.server.admin()
+    }
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        if let Err(e) = self.pg_ctl(&["-m", "immediate", "stop"]) {
+            // Already stopped by the test, or never started.
+            let _ = e;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -250,6 +400,64 @@ fn template() -> &'static str {
     })
 }
 
+/// Log records of level WARN and above from this crate, as `thread: message`, for tests
+/// that check what a worker reported (bounded: the oldest go first).
+static CAPTURED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The test logger: `env_logger` (RUST_LOG, output captured per test) plus a record of
+/// this crate's warnings (see [`captured`]). Installed once; later calls do nothing.
+pub fn init_logging() {
+    struct Capture(env_logger::Logger);
+    impl log::Log for Capture {
+        fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+            metadata.level() <= log::Level::Warn || self.0.enabled(metadata)
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if record.level() <= log::Level::Warn && record.target().starts_with("pgqueuer") {
+                let line = format!(
+                    "{}: {}",
+                    std::thread::current().name().unwrap_or("?"),
+                    record.args()
+                );
+                let mut lines = CAPTURED
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if lines.len() >= 20_000 {
+                    lines.drain(..10_000);
+                }
+                lines.push(line);
+            }
+            if self.0.matches(record) {
+                self.0.log(record);
+            }
+        }
+        fn flush(&self) {
+            self.0.flush();
+        }
+    }
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let inner = env_logger::Builder::from_default_env()
+            .is_test(true)
+            .build();
+        let level = inner.filter().max(log::LevelFilter::Warn);
+        if log::set_boxed_logger(Box::new(Capture(inner))).is_ok() {
+            log::set_max_level(level);
+        }
+    });
+}
+
+/// Captured warnings (see [`init_logging`]) that contain `needle`.
+pub fn captured(needle: &str) -> Vec<String> {
+    CAPTURED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|l| l.contains(needle))
+        .cloned()
+        .collect()
+}
+
 /// A database of its own for one test, dropped when the value is dropped.
 pub struct TestDb {
     pub name: String,
@@ -267,7 +475,7 @@ impl TestDb {
     }
 
     fn create(template: &str) -> TestDb {
-        let _ = env_logger::builder().is_test(true).try_init();
+        init_logging();
         let server = server();
         let mut admin = server.admin();
         let name = unique_name("db");

@@ -6,6 +6,7 @@
 mod claim;
 mod cli;
 mod connect;
+mod faults;
 mod harness;
 mod ops;
 mod proxy;
