@@ -6,7 +6,8 @@
 //! Creates and drops its own database (or uses `PGQ_BENCH_DATABASE`, keeping it). Sizes
 //! from the environment:
 //! - `PGQ_BENCH_WINDOW` seconds per flow measurement (default 10), after 2 s of warm-up;
-//! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000);
+//! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
+//!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and batch);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of `flow,drain,limits,latency,memory`;
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI.
 //!
@@ -350,7 +351,15 @@ fn main() {
         }
     }
     if wants("drain") {
-        for (threads, batch) in [(4, 10), (16, 50), (64, 64)] {
+        let mut drains = vec![(4, 10), (16, 50), (64, 64)];
+        if let Ok(threads) = std::env::var("PGQ_BENCH_DRAIN_THREADS") {
+            // One drain shape only: that many threads, batch of the same size.
+            let threads: usize = threads
+                .parse()
+                .expect("PGQ_BENCH_DRAIN_THREADS is a number");
+            drains = vec![(threads, threads)];
+        }
+        for (threads, batch) in drains {
             let rate = drain(&db, drain_jobs, threads, batch);
             record(
                 format!("drain {drain_jobs} ({threads} thr, batch {batch})"),

@@ -145,9 +145,15 @@ fn next_due(run: &Run, slot: &mut Option<PooledConn>) -> Option<Duration> {
 /// Nothing to claim: stop (drain mode) or wait for a wake-up, a handed-over job, the
 /// next deferred job's due time, the dequeue timeout or shutdown.
 fn idle(run: &Run, ch: &Channels, next_due: Option<Duration>, rng: &mut Jitter) {
-    if run.drain && next_due.is_none() && run.running().is_empty() && ch.handoff_rx.is_empty() {
-        log::debug!("drain: nothing queued and nothing running; stopping");
-        run.shutdown.shutdown();
+    if run.drain && next_due.is_none() {
+        if run.running().is_empty() && ch.handoff_rx.is_empty() {
+            log::debug!("drain: nothing queued and nothing running; stopping");
+            run.shutdown.shutdown();
+            return;
+        }
+        // Jobs are still running or being written: look again soon, not after the
+        // whole dequeue timeout.
+        wait(run, ch, MIN_POLL, rng);
         return;
     }
     let timeout = match next_due {
