@@ -8,7 +8,8 @@
 //! - `PGQ_BENCH_WINDOW` seconds per flow measurement (default 10), after 2 s of warm-up;
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
 //!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and batch);
-//! - `PGQ_BENCH_SHAPES` a comma-separated subset of `flow,drain,limits,latency,memory`;
+//! - `PGQ_BENCH_SHAPES` a comma-separated subset of `flow,drain,limits,latency,memory`,
+//!   and `PGQ_BENCH_FLOW=pgqueuer` for PgQueuer's flow shape only;
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI.
 //!
 //! Shapes:
@@ -340,6 +341,9 @@ fn main() {
                 100,
             ),
         ];
+        // `PGQ_BENCH_FLOW=pgqueuer` runs PgQueuer's shape only.
+        let only_pgqueuer = std::env::var("PGQ_BENCH_FLOW").is_ok_and(|v| v == "pgqueuer");
+        let shapes = if only_pgqueuer { &shapes[..1] } else { shapes };
         for &(name, threads, batch, producers, pbatch) in shapes {
             let (rate, backlog) = flow(&db, threads, batch, producers, pbatch, 0, window);
             record(
