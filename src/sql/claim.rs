@@ -225,7 +225,7 @@ pub(crate) fn queue_complete_many(s: &Settings) -> String {
         "WITH job_status AS (\n    \
          SELECT UNNEST($1::bigint[]) AS id, UNNEST($2::text[])::{status} AS status, UNNEST($3::text[])::jsonb AS traceback\n),\n\
          owned AS (\n    SELECT id FROM {queue}\n    \
-         WHERE id IN (SELECT id FROM job_status) AND queue_manager_id = $4::uuid\n    \
+         WHERE id = ANY($1::bigint[]) AND queue_manager_id = $4::uuid\n    \
          FOR UPDATE SKIP LOCKED\n),\n\
          deleted AS (\n    DELETE FROM {queue}\n    \
          WHERE id IN (SELECT js.id FROM job_status js JOIN owned o ON o.id = js.id WHERE js.status <> 'failed')\n    \

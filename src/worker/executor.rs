@@ -20,6 +20,10 @@ use crate::sqlstate;
 /// full, rows locked): PgQueuer's `min_dequeue_poll_interval`.
 const MIN_POLL: Duration = Duration::from_millis(100);
 
+/// Most finished jobs waiting for the completer before claiming pauses: their rows (and
+/// concurrency seats) stay held until written, so claiming on would only grow the debt.
+const UNWRITTEN_LIMIT: usize = 500;
+
 /// The channels one executor uses.
 pub(crate) struct Channels {
     /// Wake tokens: from the listener on table changes, and from executors that claimed a
@@ -47,6 +51,11 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         }
         if run.stopping() {
             break;
+        }
+        if run.running().len() >= run.inner.threads + UNWRITTEN_LIMIT {
+            // The completer is behind: claim no more until it has written what ran.
+            wait(run, ch, Duration::from_millis(2), &mut rng);
+            continue;
         }
         // One claimer at a time, on the one claim connection: it claims for every idle
         // thread, so this thread, if idle, gets a handed-over job from it.
