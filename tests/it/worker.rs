@@ -132,17 +132,21 @@ fn sixteen_threads_run_every_job_once_within_limits() {
     );
 }
 
-/// An idle worker with a 60 s dequeue timeout starts a new job within a second: the
-/// wake-up comes from LISTEN/NOTIFY, not from polling.
-#[test]
-fn an_idle_worker_is_woken_by_notify() {
-    let db = TestDb::new();
-    let pool = db.pool(4);
+/// A running worker with a 60 s dequeue timeout whose `entrypoint` handler sends the
+/// instant it starts each job.
+fn start_timing_worker(
+    pool: &pgqueuer::Pool,
+    threads: usize,
+    entrypoint: &str,
+) -> (
+    pgqueuer::RunningWorker,
+    crossbeam_channel::Receiver<Instant>,
+) {
     let (tx, rx) = crossbeam_channel::unbounded();
     let worker = Worker::builder(pool.clone())
-        .threads(2)
+        .threads(threads)
         .dequeue_timeout(Duration::from_secs(60))
-        .entrypoint("ping", move |_job, _ctx| {
+        .entrypoint(entrypoint, move |_job, _ctx| {
             tx.send(Instant::now()).unwrap();
             Ok(())
         })
@@ -150,6 +154,16 @@ fn an_idle_worker_is_woken_by_notify() {
         .unwrap()
         .start()
         .unwrap();
+    (worker, rx)
+}
+
+/// An idle worker with a 60 s dequeue timeout starts a new job within a second: the
+/// wake-up comes from LISTEN/NOTIFY, not from polling.
+#[test]
+fn an_idle_worker_is_woken_by_notify() {
+    let db = TestDb::new();
+    let pool = db.pool(4);
+    let (worker, rx) = start_timing_worker(&pool, 2, "ping");
     // Let the threads reach their idle wait.
     std::thread::sleep(Duration::from_millis(700));
     let queue = Queue::new(pool);
@@ -736,18 +750,7 @@ fn bad_worker_options_are_rejected() {
 fn a_deferred_job_starts_when_due_without_polling() {
     let db = TestDb::new();
     let pool = db.pool(4);
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let worker = Worker::builder(pool.clone())
-        .threads(1)
-        .dequeue_timeout(Duration::from_secs(60))
-        .entrypoint("later", move |_job, _ctx| {
-            tx.send(Instant::now()).unwrap();
-            Ok(())
-        })
-        .build()
-        .unwrap()
-        .start()
-        .unwrap();
+    let (worker, rx) = start_timing_worker(&pool, 1, "later");
     std::thread::sleep(Duration::from_millis(300));
     let sent = Instant::now();
     Queue::new(pool)
