@@ -10,6 +10,7 @@ use pgqueuer::postgres::{Client, NoTls};
 use pgqueuer::{Claimer, Outcome, Status};
 
 use crate::harness::TestDb;
+use crate::harness::scalar;
 
 /// Inserts `count` queued jobs of `entrypoint` at `priority` with plain SQL; returns ids.
 pub fn insert_jobs(client: &mut Client, entrypoint: &str, priority: i32, count: i64) -> Vec<i64> {
@@ -33,10 +34,6 @@ fn success(ids: impl IntoIterator<Item = i64>) -> Vec<Outcome> {
             traceback: None,
         })
         .collect()
-}
-
-fn scalar(client: &mut Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).unwrap().get(0)
 }
 
 #[test]

@@ -22,6 +22,7 @@ use pgqueuer::{ConnectOptions, Error, JobId, NewJob, Queue, Settings, Status, Wo
 use serde_json::json;
 
 use crate::harness::{TestDb, Throwaway, captured};
+use crate::harness::{eventually, scalar};
 
 // ---------------------------------------------------------------------------------------
 // The summary
@@ -331,10 +332,6 @@ fn count(n: usize) -> i64 {
     i64::try_from(n).expect("a count fits an i64")
 }
 
-fn scalar(client: &mut Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).unwrap().get(0)
-}
-
 /// Enqueues `count` jobs per entrypoint of the plan, interleaved; returns every id.
 fn enqueue_plan(queue: &Queue, plan: &[(&str, u32, u64, usize)]) -> Vec<JobId> {
     let most = plan.iter().map(|p| p.3).max().unwrap_or(0);
@@ -525,18 +522,6 @@ impl Producer {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.join().expect("producer thread")
     }
-}
-
-fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !f() {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    started.elapsed()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -540,3 +540,36 @@ pub fn fixture(name: &str) -> String {
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
+
+/// The first column of the first row of `sql`, as a count.
+pub fn scalar(client: &mut Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).unwrap().get(0)
+}
+
+/// Polls `f` every 20 ms until it is true, failing the test after `limit`; returns how
+/// long it took.
+#[track_caller]
+pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !f() {
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}
+
+/// The statuses of a job's log rows, oldest first.
+pub fn log_of(client: &mut Client, id: i64) -> Vec<String> {
+    client
+        .query(
+            "SELECT status::text FROM pgqueuer_log WHERE job_id = $1 ORDER BY id",
+            &[&id],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}

@@ -19,6 +19,7 @@ use pgqueuer::{
 use serde_json::{Value, json};
 
 use crate::harness::TestDb;
+use crate::harness::{eventually, log_of, scalar};
 use crate::python;
 
 fn hex(bytes: &[u8]) -> String {
@@ -28,36 +29,6 @@ fn hex(bytes: &[u8]) -> String {
 /// Microseconds since the Unix epoch, the unit the Python scripts report times in.
 fn micros(t: SystemTime) -> i64 {
     i64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_micros()).unwrap()
-}
-
-fn scalar(client: &mut Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).unwrap().get(0)
-}
-
-/// The statuses of a job's log rows, oldest first.
-fn log_of(client: &mut Client, id: JobId) -> Vec<String> {
-    client
-        .query(
-            "SELECT status::text FROM pgqueuer_log WHERE job_id = $1 ORDER BY id",
-            &[&id],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
-/// Polls `f` every 20 ms until it is true or `limit` passes.
-#[track_caller]
-fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !f() {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Tables the Python scripts write to (`interop_marks`: handler milestones and ready

@@ -12,10 +12,7 @@ use pgqueuer::postgres::fallible_iterator::FallibleIterator;
 use pgqueuer::{Durability, Error, Settings};
 
 use crate::harness::TestDb;
-
-fn scalar(client: &mut Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).unwrap().get(0)
-}
+use crate::harness::scalar;
 
 fn add_log_rows(client: &mut Client, entrypoint: &str, n: i64) {
     client

@@ -6,41 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pgqueuer::postgres::Client;
 use pgqueuer::{
     Claimer, EntrypointOptions, Error, NewJob, OnFailure, Queue, Retry, RetryPolicy, Status, Worker,
 };
 
 use crate::harness::TestDb;
-
-fn scalar(client: &mut Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).unwrap().get(0)
-}
-
-/// Polls `f` every 20 ms until it is true or `limit` passes.
-fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !f() {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The statuses of a job's log rows, oldest first.
-fn log_of(client: &mut Client, id: i64) -> Vec<String> {
-    client
-        .query(
-            "SELECT status::text FROM pgqueuer_log WHERE job_id = $1 ORDER BY id",
-            &[&id],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
+use crate::harness::{eventually, log_of, scalar};
 
 /// 16 threads drain 20,000 jobs over limits 2 and 5 and two unlimited entrypoints: every
 /// job runs exactly once and running handlers never exceed a limit.
