@@ -75,8 +75,8 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
     }
     if capacity_gated {
         ctes.push(format!(
-            "unlimited_claims AS (\n    SELECT c.id, c.priority, c.entrypoint FROM available a\n    \
-             CROSS JOIN LATERAL (\n        SELECT id, priority, entrypoint FROM {queue}\n        \
+            "unlimited_claims AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
+             CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
              WHERE entrypoint = a.entrypoint AND {fresh}\n        \
              ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
              WHERE a.remaining IS NULL{budget_ok}\n)"
@@ -93,25 +93,25 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
         // Windowed candidates that could not be locked (another claim holds or took
         // them) are kept with a NULL id, so the statement can report contention.
         ctes.push(format!(
-            "limited_attempts AS (\n    SELECT w.id AS window_id, t.id, t.priority, t.entrypoint FROM limited_window w\n    \
-             LEFT JOIN LATERAL (\n        SELECT target.id, target.priority, target.entrypoint FROM {queue} target\n        \
+            "limited_attempts AS (\n    SELECT w.id AS window_id, t.tid, t.id, t.priority, t.entrypoint FROM limited_window w\n    \
+             LEFT JOIN LATERAL (\n        SELECT target.ctid AS tid, target.id, target.priority, target.entrypoint FROM {queue} target\n        \
              WHERE target.id = w.id AND target.{fresh}\n        \
              FOR UPDATE OF target SKIP LOCKED\n    ) t ON TRUE\n)"
         ));
         ctes.push(
-            "limited_claims AS (\n    SELECT id, priority, entrypoint FROM limited_attempts WHERE id IS NOT NULL\n)".into(),
+            "limited_claims AS (\n    SELECT tid, id, priority, entrypoint FROM limited_attempts WHERE id IS NOT NULL\n)".into(),
         );
         ctes.push(
-            "next_queued AS (\n    SELECT id, priority, entrypoint FROM (\n        \
-             SELECT id, priority, entrypoint FROM unlimited_claims\n        UNION ALL\n        \
-             SELECT id, priority, entrypoint FROM limited_claims\n    ) u\n    \
+            "next_queued AS (\n    SELECT tid, id, priority, entrypoint FROM (\n        \
+             SELECT tid, id, priority, entrypoint FROM unlimited_claims\n        UNION ALL\n        \
+             SELECT tid, id, priority, entrypoint FROM limited_claims\n    ) u\n    \
              ORDER BY priority DESC, id ASC LIMIT $1::int\n)"
                 .into(),
         );
     } else {
         ctes.push(format!(
-            "next_queued AS (\n    SELECT c.id, c.priority, c.entrypoint FROM available a\n    \
-             CROSS JOIN LATERAL (\n        SELECT id, priority, entrypoint FROM {queue}\n        \
+            "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
+             CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
              WHERE entrypoint = a.entrypoint AND {fresh}\n        \
              ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
              WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
@@ -119,7 +119,7 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
     }
     // Stale re-picks are never gated by the limit: the row already holds its seat.
     ctes.push(format!(
-        "next_stale AS (\n    SELECT id, priority, entrypoint FROM {queue}\n    \
+        "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
          WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
          AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
          AND execute_after < NOW(){budget_ok}\n    \
@@ -131,9 +131,9 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
         "$1::int"
     };
     ctes.push(format!(
-        "eligible AS (\n    SELECT id, priority, entrypoint, fresh FROM (\n        \
-         SELECT id, priority, entrypoint, TRUE AS fresh FROM next_queued\n        UNION ALL\n        \
-         SELECT id, priority, entrypoint, FALSE AS fresh FROM next_stale\n    ) u\n    \
+        "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh FROM (\n        \
+         SELECT tid, id, priority, entrypoint, TRUE AS fresh FROM next_queued\n        UNION ALL\n        \
+         SELECT tid, id, priority, entrypoint, FALSE AS fresh FROM next_stale\n    ) u\n    \
          ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
     ));
     if capacity_gated {
@@ -162,7 +162,7 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
              FROM eligible e\n    \
              LEFT JOIN slot_assignments sa ON sa.id = e.id\n    \
              LEFT JOIN params p ON p.entrypoint = e.entrypoint\n    \
-             WHERE job.id = ANY(ARRAY(SELECT id FROM eligible)) AND job.id = e.id\n      \
+             WHERE job.ctid = ANY(ARRAY(SELECT tid FROM eligible)) AND job.id = e.id\n      \
              AND (NOT e.fresh OR p.concurrency_limit <= 0 OR sa.slot IS NOT NULL)\n    \
              RETURNING job.*\n)"
         ));
@@ -170,7 +170,7 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
         ctes.push(format!(
             "claimed AS (\n    UPDATE {queue}\n    \
              SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid\n    \
-             WHERE id = ANY(ARRAY(SELECT id FROM eligible))\n    RETURNING *\n)"
+             WHERE ctid = ANY(ARRAY(SELECT tid FROM eligible))\n    RETURNING *\n)"
         ));
     }
     ctes.push(format!(
@@ -205,37 +205,60 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
 // the re-check fails) while itself waiting, in the seat index's uniqueness check, for
 // this worker's transaction: waiting here would be a deadlock. Skipped rows are retried a
 // moment later, once that claim has finished.
+//
+// Their plans must not depend on table statistics (a queue table is often far larger, or
+// smaller, than its last ANALYZE says, and prepared statements keep a generic plan made
+// when the table was tiny). So each id is probed through the primary key in a LATERAL
+// subquery (a locking subquery is never flattened into a join that could choose a
+// sequential scan), the owner test is written so that no index can serve it, and the
+// locked rows are then changed by their row address (a TID scan). A row changed by
+// another transaction between the statement's snapshot and its lock is locked at its new
+// address, which the snapshot cannot see: it is left unchanged, stays owned, and is
+// retried by the caller like a skipped row.
+
+/// A `FROM` item yielding `tid` and `id` of the rows of `ids` (a `bigint[]` expression)
+/// owned by `worker` (a `uuid` expression), locked, skipping rows locked by others.
+fn lock_owned(queue: &str, ids: &str, worker: &str) -> String {
+    format!(
+        "UNNEST({ids}) AS wanted(id)\n    CROSS JOIN LATERAL (\n        \
+         SELECT ctid AS tid, id FROM {queue}\n        \
+         WHERE id = wanted.id AND queue_manager_id IS NOT DISTINCT FROM {worker}\n        \
+         FOR UPDATE SKIP LOCKED\n    ) owned_row"
+    )
+}
 
 /// The rows of `$1` (ids) this worker (`$2`) owns, without locking them.
 pub(crate) fn queue_owned(s: &Settings) -> String {
     format!(
-        "SELECT id FROM {} WHERE id = ANY($1::bigint[]) AND queue_manager_id = $2::uuid",
+        "SELECT owned_row.id FROM UNNEST($1::bigint[]) AS wanted(id)\n\
+         CROSS JOIN LATERAL (\n    SELECT id FROM {} WHERE id = wanted.id \
+         AND queue_manager_id IS NOT DISTINCT FROM $2::uuid\n) owned_row",
         s.qualify(&s.queue_table)
     )
 }
 
 /// Ends claims: deletes (or, for `failed`, holds) the rows this worker still owns and
-/// writes one log row per row that was still there. `$1` ids, `$2` statuses (text[]),
-/// `$3` tracebacks (text[] of JSON or NULL), `$4` the worker id. Returns the logged ids.
+/// writes one log row per row that was ended. `$1` ids, `$2` statuses (text[]), `$3`
+/// tracebacks (text[] of JSON or NULL), `$4` the worker id. Returns the logged ids.
 pub(crate) fn queue_complete_many(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let status = s.qualify(&s.queue_status_type);
+    let lock = lock_owned(&queue, "$1::bigint[]", "$4::uuid");
     format!(
         "WITH job_status AS (\n    \
          SELECT UNNEST($1::bigint[]) AS id, UNNEST($2::text[])::{status} AS status, UNNEST($3::text[])::jsonb AS traceback\n),\n\
-         owned AS (\n    SELECT id FROM {queue}\n    \
-         WHERE id = ANY($1::bigint[]) AND queue_manager_id = $4::uuid\n    \
-         FOR UPDATE SKIP LOCKED\n),\n\
+         owned AS (\n    SELECT owned_row.tid, owned_row.id FROM {lock}\n),\n\
+         ending AS (\n    SELECT o.tid, js.id, js.status, js.traceback FROM owned o JOIN job_status js ON js.id = o.id\n),\n\
          deleted AS (\n    DELETE FROM {queue}\n    \
-         WHERE id IN (SELECT js.id FROM job_status js JOIN owned o ON o.id = js.id WHERE js.status <> 'failed')\n    \
+         WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status <> 'failed'))\n    \
          RETURNING id, entrypoint, priority\n),\n\
          held AS (\n    UPDATE {queue} SET status = 'failed', updated = NOW(), queue_manager_id = NULL\n    \
-         WHERE id IN (SELECT js.id FROM job_status js JOIN owned o ON o.id = js.id WHERE js.status = 'failed')\n    \
+         WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status = 'failed'))\n    \
          RETURNING id, entrypoint, priority\n)\n\
          INSERT INTO {log} (job_id, status, entrypoint, priority, traceback)\n\
-         SELECT js.id, js.status, m.entrypoint, m.priority, js.traceback\n\
-         FROM job_status js JOIN (SELECT * FROM deleted UNION ALL SELECT * FROM held) m ON m.id = js.id\n\
+         SELECT e.id, e.status, m.entrypoint, m.priority, e.traceback\n\
+         FROM ending e JOIN (SELECT * FROM deleted UNION ALL SELECT * FROM held) m ON m.id = e.id\n\
          RETURNING job_id"
     )
 }
@@ -244,10 +267,11 @@ pub(crate) fn queue_complete_many(s: &Settings) -> String {
 /// Returns the refreshed ids.
 pub(crate) fn queue_heartbeat_many(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
+    let lock = lock_owned(&queue, "$1::bigint[]", "$2::uuid");
     format!(
-        "UPDATE {queue} SET heartbeat = NOW() WHERE id IN (\n    \
-         SELECT id FROM {queue} WHERE id = ANY($1::bigint[]) AND queue_manager_id = $2::uuid\n    \
-         FOR UPDATE SKIP LOCKED\n) RETURNING id"
+        "UPDATE {queue} SET heartbeat = NOW()\n\
+         WHERE ctid = ANY(ARRAY(SELECT owned_row.tid FROM {lock}))\n\
+         RETURNING id"
     )
 }
 
@@ -257,13 +281,12 @@ pub(crate) fn queue_heartbeat_many(s: &Settings) -> String {
 pub(crate) fn queue_retry(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
+    let lock = lock_owned(&queue, "ARRAY[$1::bigint]", "$4::uuid");
     format!(
-        "WITH owned AS (\n    SELECT id FROM {queue} WHERE id = $1::bigint AND queue_manager_id = $4::uuid\n    \
-         FOR UPDATE SKIP LOCKED\n),\n\
-         retry AS (\n    UPDATE {queue}\n    \
+        "WITH retry AS (\n    UPDATE {queue}\n    \
          SET status = 'queued', execute_after = NOW() + $2::bigint * INTERVAL '1 microsecond',\n        \
          attempts = attempts + 1, updated = NOW(), queue_manager_id = NULL\n    \
-         WHERE id IN (SELECT id FROM owned)\n    \
+         WHERE ctid = ANY(ARRAY(SELECT owned_row.tid FROM {lock}))\n    \
          RETURNING id, entrypoint, priority\n)\n\
          INSERT INTO {log} (job_id, status, entrypoint, priority, traceback)\n\
          SELECT id, 'queued', entrypoint, priority, $3::text::jsonb FROM retry\n\

@@ -35,24 +35,36 @@ pub(crate) enum End {
 /// Most outcomes written by one statement.
 const MAX_BATCH: usize = 500;
 
-/// Longest wait for the outcomes of handlers still running before a batch is written.
-const LINGER: Duration = Duration::from_millis(2);
+/// Longest wait for more outcomes before a batch is written.
+const LINGER: Duration = Duration::from_millis(5);
+
+/// Outcomes arriving within this long of the previous write mean jobs are finishing
+/// steadily: the next batch then lingers even when no handler is running right now.
+const STEADY: Duration = Duration::from_millis(20);
 
 /// Runs until every executor has exited (the channel disconnects) and everything
 /// received is written.
+///
+/// Whatever else is already waiting joins a batch. While handlers are still running, or
+/// while jobs finish steadily, outcomes are awaited for up to [`LINGER`] so that one
+/// statement (and one commit) ends many jobs: each completion takes PostgreSQL's NOTIFY
+/// lock through its commit, the same lock every enqueue needs, so fewer and larger
+/// completions leave producers more room. A lone job after a quiet spell is written at
+/// once, and so is every batch of a worker with a concurrency limit: a finished job
+/// holds its seat until its row is written.
 pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>) {
     let mut conn: Option<PooledConn> = None;
+    let mut last_write: Option<Instant> = None;
+    let may_linger = !run.inner.claimer.is_capacity_gated();
     while let Ok(first) = outcomes.recv() {
-        // Whatever else is already waiting joins this batch, and while other handlers
-        // are still running their outcomes are awaited for up to LINGER: one statement
-        // then ends several jobs. A lone job is written at once.
+        let steady = last_write.is_some_and(|at| at.elapsed() < STEADY);
         let mut batch = vec![first];
         let deadline = Instant::now() + LINGER;
         while batch.len() < MAX_BATCH {
             match outcomes.try_recv() {
                 Ok(next) => batch.push(next),
                 Err(_) => {
-                    if run.executing.load(Ordering::SeqCst) == 0 {
+                    if !may_linger || (!steady && run.executing.load(Ordering::SeqCst) == 0) {
                         break;
                     }
                     match outcomes.recv_deadline(deadline) {
@@ -63,6 +75,7 @@ pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>) {
             }
         }
         write(run, &mut conn, &batch);
+        last_write = Some(Instant::now());
     }
 }
 
@@ -125,12 +138,12 @@ fn persist<T>(
     loop {
         let result = match conn {
             Some(c) => op(&run.inner.claimer, c),
-            None => match run.inner.pool.get() {
+            None => match run.checkout() {
                 Ok(c) => {
                     *conn = Some(c);
                     continue;
                 }
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e),
             },
         };
         match result {

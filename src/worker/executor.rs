@@ -59,13 +59,13 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         }
         // One claimer at a time, on the one claim connection: it claims for every idle
         // thread, so this thread, if idle, gets a handed-over job from it.
-        let mut slot = match run.claim_conn.try_lock() {
-            Ok(slot) => slot,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                wait(run, ch, run.inner.dequeue_timeout, &mut rng);
-                continue;
-            }
+        let Some(mut slot) = run.claim_conns.iter().find_map(|m| match m.try_lock() {
+            Ok(slot) => Some(slot),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }) else {
+            wait(run, ch, run.inner.dequeue_timeout, &mut rng);
+            continue;
         };
         let take = run.reserve(run.inner.batch_size);
         if take == 0 {
@@ -196,7 +196,7 @@ fn connection<'c>(
     conn: &'c mut Option<PooledConn>,
 ) -> Result<&'c mut PooledConn, Error> {
     if conn.is_none() {
-        *conn = Some(run.inner.pool.get()?);
+        *conn = Some(run.checkout()?);
     }
     Ok(conn.as_mut().unwrap_or_else(|| unreachable!("set above")))
 }

@@ -22,13 +22,13 @@ pub(crate) fn run(run: &Run, alive: &Receiver<()>) {
         wait = interval;
         let result = match conn.as_mut() {
             Some(c) => run.inner.claimer.heartbeat(c, &ids),
-            None => match run.inner.pool.get() {
+            None => match run.checkout() {
                 Ok(mut c) => {
                     let beat = run.inner.claimer.heartbeat(&mut c, &ids);
                     conn = Some(c);
                     beat
                 }
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e),
             },
         };
         match result {

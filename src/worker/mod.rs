@@ -28,9 +28,13 @@ use crate::settings::Settings;
 use crate::shutdown::ShutdownHandle;
 use entrypoint::{Handler, Registry};
 
-/// Pool connections a worker holds: the claim connection, the heartbeat thread's and the
+/// Pool connections a worker needs: one for claims, the heartbeat thread's and the
 /// completer's (the listener opens its own, outside the pool).
 const POOL_CONNECTIONS: u32 = 3;
+
+/// Claims a worker has in flight at once when its pool has room for a second claim
+/// connection (each claim runs on its own).
+const MAX_CLAIMERS: u32 = 2;
 
 /// Builds a [`Worker`]. Every default is PgQueuer's where PgQueuer has one.
 pub struct WorkerBuilder {
@@ -180,6 +184,9 @@ impl WorkerBuilder {
                 ),
             ));
         }
+        let claimers =
+            usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_CLAIMERS))
+                .unwrap_or(1);
         let mut conn = self.pool.get()?;
         crate::schema::verify_with(&mut conn, &self.settings)?;
         let config = conn.config().clone();
@@ -202,6 +209,7 @@ impl WorkerBuilder {
                 claimer,
                 registry: self.registry,
                 threads: self.threads,
+                claimers,
                 batch_size: self.batch_size,
                 heartbeat_timeout: self.heartbeat_timeout,
                 dequeue_timeout: self.dequeue_timeout,
@@ -221,6 +229,8 @@ pub(crate) struct Inner {
     pub(crate) claimer: Claimer,
     pub(crate) registry: Registry,
     pub(crate) threads: usize,
+    /// Claim connections (1 or 2, as the pool allows).
+    pub(crate) claimers: usize,
     pub(crate) batch_size: usize,
     pub(crate) heartbeat_timeout: Duration,
     pub(crate) dequeue_timeout: Duration,
@@ -276,11 +286,13 @@ pub(crate) struct Run {
     /// to a batch of these before claiming, so a claim never takes more jobs than there
     /// are threads to start them.
     pub(crate) free: AtomicUsize,
-    /// The connection claims run on, and the claim token: the one executor holding this
-    /// lock claims for every idle thread in one statement, where several claiming at once
-    /// would each take a sliver (and pay a commit each). Executors need no connection of
-    /// their own, so a worker holds three pool connections whatever its thread count.
-    pub(crate) claim_conn: Mutex<Option<PooledConn>>,
+    /// The connections claims run on, and the claim tokens: an executor holding one of
+    /// these locks claims for every idle thread not yet reserved, in one statement.
+    /// Two claims can be in flight, so one runs while the other waits for its commit;
+    /// more would each take a sliver of the idle threads (and pay a commit each).
+    /// Executors need no connection of their own, so a worker holds the same few pool
+    /// connections whatever its thread count.
+    pub(crate) claim_conns: Vec<Mutex<Option<PooledConn>>>,
     /// Set by the listener on every table change; the claimer clears it before claiming
     /// and claims again if it was set meanwhile (the change may postdate its snapshot).
     pub(crate) changed: AtomicBool,
@@ -325,6 +337,15 @@ impl Run {
     pub(crate) fn stopping(&self) -> bool {
         self.shutdown.is_shutdown()
     }
+
+    /// A pool connection for the claim, completer or heartbeat loop, set to plan with
+    /// indexes only ([`crate::Conn::plan_with_indexes`]). The pool closes it when it is
+    /// given back rather than hand the setting to another user.
+    pub(crate) fn checkout(&self) -> crate::Result<PooledConn> {
+        let mut conn = self.inner.pool.get()?;
+        conn.plan_with_indexes()?;
+        Ok(conn)
+    }
 }
 
 /// Locks a mutex, recovering from poisoning (a panicking handler never holds one, but a
@@ -354,7 +375,8 @@ impl std::fmt::Debug for Worker {
 
 impl Worker {
     /// A builder using `pool`. The worker holds three of its connections (claims,
-    /// heartbeats, completions) whatever the thread count, plus one of its own for LISTEN.
+    /// heartbeats, completions) whatever the thread count, and a fourth for a second claim
+    /// in flight when the pool has four or more; plus one of its own for LISTEN.
     pub fn builder(pool: Pool) -> WorkerBuilder {
         WorkerBuilder {
             pool,
@@ -423,7 +445,7 @@ impl Worker {
             drain,
             running: Mutex::new(HashMap::new()),
             free: AtomicUsize::new(inner.threads),
-            claim_conn: Mutex::new(None),
+            claim_conns: (0..inner.claimers).map(|_| Mutex::new(None)).collect(),
             changed: AtomicBool::new(false),
             executing: AtomicUsize::new(0),
             counters: Counters::default(),
