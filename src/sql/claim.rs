@@ -294,12 +294,17 @@ pub(crate) fn queue_retry(s: &Settings) -> String {
     )
 }
 
-/// Time until the earliest deferred job of these entrypoints is due, in microseconds
-/// (NULL when none). `$1` entrypoints.
+/// Time until the earliest queued job of these entrypoints is due, in microseconds (NULL
+/// when none). `$1` entrypoints. Each entrypoint reads one entry of the
+/// `(entrypoint, execute_after)` index, however long its queue: `MIN` over
+/// `entrypoint = ANY(..)` would read them all.
 pub(crate) fn queue_next_due(s: &Settings) -> String {
     format!(
-        "SELECT (EXTRACT(EPOCH FROM MIN(execute_after) - NOW()) * 1000000)::bigint FROM {} \
-         WHERE status = 'queued' AND entrypoint = ANY($1::text[])",
+        "SELECT (EXTRACT(EPOCH FROM MIN(first.execute_after) - NOW()) * 1000000)::bigint\n\
+         FROM UNNEST($1::text[]) AS e(entrypoint)\n\
+         CROSS JOIN LATERAL (\n    SELECT execute_after FROM {}\n    \
+         WHERE status = 'queued' AND entrypoint = e.entrypoint\n    \
+         ORDER BY execute_after LIMIT 1\n) first",
         s.qualify(&s.queue_table)
     )
 }

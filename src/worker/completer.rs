@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 
 use super::Run;
 use super::executor::drop_if_broken;
@@ -50,32 +50,41 @@ const STEADY: Duration = Duration::from_millis(20);
 /// statement (and one commit) ends many jobs: each completion takes PostgreSQL's NOTIFY
 /// lock through its commit, the same lock every enqueue needs, so fewer and larger
 /// completions leave producers more room. A lone job after a quiet spell is written at
-/// once, and so is every batch of a worker with a concurrency limit: a finished job
-/// holds its seat until its row is written.
-pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>) {
+/// once, and so is every batch when seats are scarce (a concurrency limit no larger than
+/// the worker's thread count): a finished job holds its seat until its row is written.
+/// Then a claimer is also woken after each write, as the seats are free now, before the
+/// NOTIFY of the deletion comes round through the listener.
+pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>, wake: &Sender<()>) {
     let mut conn: Option<PooledConn> = None;
     let mut last_write: Option<Instant> = None;
-    let may_linger = !run.inner.claimer.is_capacity_gated();
+    let may_linger = !run.inner.seats_scarce;
     while let Ok(first) = outcomes.recv() {
         let steady = last_write.is_some_and(|at| at.elapsed() < STEADY);
         let mut batch = vec![first];
         let deadline = Instant::now() + LINGER;
+        let mut lingered = false;
         while batch.len() < MAX_BATCH {
             match outcomes.try_recv() {
                 Ok(next) => batch.push(next),
                 Err(_) => {
-                    if !may_linger || (!steady && run.executing.load(Ordering::SeqCst) == 0) {
+                    if lingered
+                        || !may_linger
+                        || (!steady && run.executing.load(Ordering::SeqCst) == 0)
+                    {
                         break;
                     }
-                    match outcomes.recv_deadline(deadline) {
-                        Ok(next) => batch.push(next),
-                        Err(_) => break,
-                    }
+                    // One sleep for the whole wait, then take what arrived: waiting on
+                    // the channel would wake this thread once per finished job.
+                    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                    lingered = true;
                 }
             }
         }
         write(run, &mut conn, &batch);
         last_write = Some(Instant::now());
+        if !may_linger {
+            let _ = wake.try_send(());
+        }
     }
 }
 

@@ -184,9 +184,18 @@ impl WorkerBuilder {
                 ),
             ));
         }
-        let claimers =
+        // Two claims of a limited entrypoint in flight at once would compute the same free
+        // seats and one would lose the race on the seat index nearly every time.
+        let gated = self.registry.limits().iter().any(|(_, limit)| *limit > 0);
+        let claimers = if gated {
+            1
+        } else {
             usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_CLAIMERS))
-                .unwrap_or(1);
+                .unwrap_or(1)
+        };
+        let seats_scarce = self.registry.limits().iter().any(|(_, limit)| {
+            *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= self.threads)
+        });
         let mut conn = self.pool.get()?;
         crate::schema::verify_with(&mut conn, &self.settings)?;
         let config = conn.config().clone();
@@ -210,6 +219,7 @@ impl WorkerBuilder {
                 registry: self.registry,
                 threads: self.threads,
                 claimers,
+                seats_scarce,
                 batch_size: self.batch_size,
                 heartbeat_timeout: self.heartbeat_timeout,
                 dequeue_timeout: self.dequeue_timeout,
@@ -231,6 +241,10 @@ pub(crate) struct Inner {
     pub(crate) threads: usize,
     /// Claim connections (1 or 2, as the pool allows).
     pub(crate) claimers: usize,
+    /// Some entrypoint's concurrency limit is no larger than this worker's thread count,
+    /// so its seats, not the threads, bound how fast its jobs run: each finished job's
+    /// row is written at once and a claimer woken (see `completer::run`).
+    pub(crate) seats_scarce: bool,
     pub(crate) batch_size: usize,
     pub(crate) heartbeat_timeout: Duration,
     pub(crate) dequeue_timeout: Duration,
@@ -497,9 +511,12 @@ impl Worker {
                     heartbeat::run(run, &alive_rx);
                 }));
             }
-            handles.push(spawn_named(scope, "pgqueuer-complete".into(), move || {
-                completer::run(run, &outcome_rx);
-            }));
+            {
+                let wake_tx = wake_tx.clone();
+                handles.push(spawn_named(scope, "pgqueuer-complete".into(), move || {
+                    completer::run(run, &outcome_rx, &wake_tx);
+                }));
+            }
             drop(wake_tx);
             enforce_deadline(run, &alive_rx);
             handles.into_iter().filter_map(|h| h.join().err()).count()
