@@ -9,7 +9,8 @@
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
 //!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and batch);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of `flow,drain,limits,latency,memory`,
-//!   and `PGQ_BENCH_FLOW=pgqueuer` for PgQueuer's flow shape only;
+//!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
+//!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI.
 //!
 //! Shapes:
@@ -341,10 +342,13 @@ fn main() {
                 100,
             ),
         ];
-        // `PGQ_BENCH_FLOW=pgqueuer` runs PgQueuer's shape only.
-        let only_pgqueuer = std::env::var("PGQ_BENCH_FLOW").is_ok_and(|v| v == "pgqueuer");
-        let shapes = if only_pgqueuer { &shapes[..1] } else { shapes };
+        // `PGQ_BENCH_FLOW=text` runs the shapes whose name contains it (`pgqueuer`:
+        // PgQueuer's shape only).
+        let only = std::env::var("PGQ_BENCH_FLOW").unwrap_or_default();
         for &(name, threads, batch, producers, pbatch) in shapes {
+            if !name.contains(only.as_str()) {
+                continue;
+            }
             let (rate, backlog) = flow(&db, threads, batch, producers, pbatch, 0, window);
             record(
                 name.into(),

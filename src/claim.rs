@@ -6,7 +6,9 @@
 //! seat in `0..limit`; the partial unique index `<queue>_picked_slot_idx` rejects a second
 //! holder of a seat even when the first claim is not yet visible, and the loser's claim
 //! comes back empty ([`Claim::lost_race`]). [`crate::Worker`] is built on this; use it
-//! directly to write your own loop.
+//! directly to write your own loop, on a connection you keep and have set with
+//! [`crate::Conn::plan_with_indexes`] (as the worker does), so that its plans cannot fall
+//! back to scanning the whole queue table.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -592,3 +592,52 @@ fn stress_limits_hold_and_every_job_runs_once() {
     );
     eprintln!("stress: {total} jobs in {elapsed:?}");
 }
+
+#[test]
+fn next_due_is_the_earliest_queued_job_of_any_own_entrypoint() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(1);
+    let mut conn = pool.get().unwrap();
+    let claimer = Claimer::builder()
+        .entrypoint("a", 0)
+        .entrypoint("b", 0)
+        .build()
+        .unwrap();
+    assert_eq!(claimer.next_due(&mut conn).unwrap(), None, "nothing queued");
+    let defer = |client: &mut Client, entrypoint: &str, seconds: i32, count: i64| {
+        let ids = insert_jobs(client, entrypoint, 0, count);
+        client
+            .execute(
+                "UPDATE pgqueuer SET execute_after = NOW() + $2 * INTERVAL '1 second' \
+                 WHERE id = ANY($1)",
+                &[&ids, &f64::from(seconds)],
+            )
+            .unwrap();
+    };
+    // Each entrypoint's earliest counts, however many later jobs it has; other
+    // entrypoints and picked rows do not.
+    defer(&mut client, "a", 600, 50);
+    defer(&mut client, "a", 300, 1);
+    defer(&mut client, "b", 100, 1);
+    defer(&mut client, "b", 900, 50);
+    defer(&mut client, "other", 1, 1);
+    let due = claimer.next_due(&mut conn).unwrap().unwrap();
+    assert!(
+        due > Duration::from_secs(98) && due <= Duration::from_secs(100),
+        "{due:?}"
+    );
+    defer(&mut client, "a", -5, 1);
+    assert_eq!(
+        claimer.next_due(&mut conn).unwrap(),
+        Some(Duration::ZERO),
+        "a job already due"
+    );
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    assert_eq!(claim.jobs.len(), 1, "only the due job is claimed");
+    let due = claimer.next_due(&mut conn).unwrap().unwrap();
+    assert!(
+        due > Duration::from_secs(98),
+        "a picked job is not queued: {due:?}"
+    );
+}

@@ -56,3 +56,40 @@ fn pooled_connections_cache_prepared_statements() {
     let mut client = db.client();
     pgqueuer::verify(&mut client).unwrap();
 }
+
+fn show(conn: &mut pgqueuer::Conn, setting: &str) -> (String, i32) {
+    let row = conn
+        .query_one(
+            &format!("SELECT current_setting('{setting}'), pg_backend_pid()"),
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn a_connection_planning_with_indexes_is_closed_not_reused() {
+    let db = TestDb::new();
+    let pool = db.pool(1);
+    let mut conn = pool.get().unwrap();
+    let (_, tuned_pid) = show(&mut conn, "enable_seqscan");
+    conn.plan_with_indexes().unwrap();
+    conn.plan_with_indexes().unwrap();
+    const SETTINGS: [&str; 4] = ["enable_seqscan", "enable_bitmapscan", "enable_sort", "jit"];
+    for setting in SETTINGS {
+        assert_eq!(show(&mut conn, setting).0, "off", "{setting}");
+    }
+    drop(conn);
+    // The only connection the pool may hold: the next user gets a fresh session.
+    let mut next = pool.get().unwrap();
+    let (seqscan, pid) = show(&mut next, "enable_seqscan");
+    assert_eq!(
+        seqscan, "on",
+        "the setting leaked to the next user of the pool"
+    );
+    assert_eq!(show(&mut next, "enable_bitmapscan").0, "on");
+    assert_ne!(pid, tuned_pid, "the tuned session was handed out again");
+    // An untouched connection is reused as before.
+    drop(next);
+    assert_eq!(show(&mut pool.get().unwrap(), "enable_seqscan").1, pid);
+}
