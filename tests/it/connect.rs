@@ -82,12 +82,14 @@ fn a_connection_planning_with_indexes_is_closed_not_reused() {
     drop(conn);
     // The only connection the pool may hold: the next user gets a fresh session.
     let mut next = pool.get().unwrap();
-    let (seqscan, pid) = show(&mut next, "enable_seqscan");
-    assert_eq!(
-        seqscan, "on",
-        "the setting leaked to the next user of the pool"
-    );
-    assert_eq!(show(&mut next, "enable_bitmapscan").0, "on");
+    let pid = show(&mut next, "enable_seqscan").1;
+    for setting in SETTINGS {
+        assert_eq!(
+            show(&mut next, setting).0,
+            "on",
+            "{setting} leaked to the next user of the pool"
+        );
+    }
     assert_ne!(pid, tuned_pid, "the tuned session was handed out again");
     // An untouched connection is reused as before.
     drop(next);
