@@ -95,6 +95,7 @@ fn run(
                     .build()
                     .unwrap();
                 let mut conn = pool.get().unwrap();
+                conn.plan_with_indexes().unwrap();
                 let mut empty_in_a_row = 0;
                 loop {
                     let t0 = Instant::now();
