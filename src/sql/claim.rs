@@ -91,11 +91,14 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
              WHERE a.remaining IS NOT NULL{budget_ok}\n)"
         ));
         // Windowed candidates that could not be locked (another claim holds or took
-        // them) are kept with a NULL id, so the statement can report contention.
+        // them) are kept with a NULL id, so the statement can report contention. Each is
+        // probed by primary key: the re-check is wrapped in IS TRUE so that no partial
+        // index on queued rows qualifies (without statistics the planner once chose to
+        // walk the whole `(entrypoint, priority, id)` index for every probe).
         ctes.push(format!(
             "limited_attempts AS (\n    SELECT w.id AS window_id, t.tid, t.id, t.priority, t.entrypoint FROM limited_window w\n    \
              LEFT JOIN LATERAL (\n        SELECT target.ctid AS tid, target.id, target.priority, target.entrypoint FROM {queue} target\n        \
-             WHERE target.id = w.id AND target.{fresh}\n        \
+             WHERE target.id = w.id AND (target.{fresh}) IS TRUE\n        \
              FOR UPDATE OF target SKIP LOCKED\n    ) t ON TRUE\n)"
         ));
         ctes.push(
