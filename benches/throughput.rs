@@ -175,8 +175,10 @@ fn flow(
                 let jobs: Vec<NewJob> = (0..producer_batch)
                     .map(|i| NewJob::new("fetch", i.to_string().into_bytes()))
                     .collect();
+                // A producer holds its connection, as PgQueuer's benchmark producer does.
+                let mut conn = queue.pool().get().unwrap();
                 while !stop.load(Ordering::Relaxed) {
-                    queue.enqueue_many(&jobs).unwrap();
+                    queue.enqueue_many_on(&mut conn, &jobs).unwrap();
                 }
             });
         }

@@ -12,7 +12,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, NoTls, Row, Statement};
 use serde_json::Value;
 
-use crate::connect::Pool;
+use crate::connect::{Conn, Pool};
 use crate::error::{Error, Result, chain};
 use crate::events::{Cancellation, Event, Operation, TableChanged};
 use crate::job::{Job, JobId, Status};
@@ -332,6 +332,28 @@ impl Queue {
     /// or picked job or repeated within the batch; [`Error::Pool`] or [`Error::Db`].
     pub fn enqueue_many(&self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
         all_ids(self.on_pool(Conflict::Raise, jobs, false)?)
+    }
+
+    /// As [`Queue::enqueue_many`], on a connection the caller holds for many batches (a
+    /// producer loop): no pool checkout per call, so no validity probe (a round trip as
+    /// costly as a small batch), and the statement prepared once on that connection.
+    /// Autocommit: use [`Queue::enqueue_many_in`] inside a transaction.
+    ///
+    /// # Errors
+    /// As [`Queue::enqueue_many`], without [`Error::Pool`].
+    pub fn enqueue_many_on(&self, conn: &mut Conn, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+        let columns = Columns::build(jobs, Conflict::Raise, false)?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let statement = conn.prepare_cached(self.sql.insert_many(Conflict::Raise))?;
+        all_ids(self.run_insert(
+            conn.client(),
+            Some(&statement),
+            Conflict::Raise,
+            jobs,
+            &columns,
+        )?)
     }
 
     /// Enqueues a batch in one statement with a choice of what a held dedupe key does.

@@ -155,6 +155,75 @@ fn ids_come_back_in_input_order_from_one_statement_per_batch() {
 }
 
 #[test]
+fn a_held_connection_enqueues_with_one_prepared_statement_and_no_probe() {
+    let db = TestDb::new();
+    let proxy = CountingProxy::start();
+    let options = ConnectOptions {
+        max_size: 1,
+        min_idle: 0,
+        ..Default::default()
+    };
+    let pool = pgqueuer::connect_with(&proxy.dsn(&db.name), &options).unwrap();
+    let queue = Queue::new(pool.clone());
+    let mut conn = pool.get().unwrap();
+    let mut client = db.client();
+    let (parses, simple) = (proxy.count(b'P'), proxy.count(b'Q'));
+    let mut all = Vec::new();
+    for round in 0..5 {
+        let jobs: Vec<NewJob> = (0..10)
+            .map(|i| NewJob::new("held", format!("{round}-{i}")))
+            .collect();
+        let (executes, syncs) = (proxy.count(b'E'), proxy.count(b'S'));
+        let ids = queue.enqueue_many_on(&mut conn, &jobs).unwrap();
+        assert_eq!(proxy.count(b'E') - executes, 1, "round {round}: statements");
+        // The first batch also prepares the statement (one more round trip).
+        let expected = if round == 0 { 2 } else { 1 };
+        assert_eq!(
+            proxy.count(b'S') - syncs,
+            expected,
+            "round {round}: round trips"
+        );
+        assert_eq!(ids.len(), 10);
+        for (i, id) in ids.iter().enumerate() {
+            let payload: String = client
+                .query_one(
+                    "SELECT convert_from(payload, 'UTF8') FROM pgqueuer WHERE id = $1",
+                    &[id],
+                )
+                .unwrap()
+                .get(0);
+            assert_eq!(payload, format!("{round}-{i}"), "ids in input order");
+        }
+        all.extend(ids);
+    }
+    assert_eq!(
+        proxy.count(b'P') - parses,
+        1,
+        "prepared once for five batches"
+    );
+    assert_eq!(
+        proxy.count(b'Q') - simple,
+        0,
+        "no validity probe between batches"
+    );
+    // Bad input is refused before anything is sent, and nothing is stored.
+    let executes = proxy.count(b'E');
+    let err = queue
+        .enqueue_many_on(&mut conn, &[job("held"), job("")])
+        .unwrap_err();
+    assert_eq!(field_of(err), "jobs[1].entrypoint");
+    assert_eq!(proxy.count(b'E'), executes);
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'held'"
+        ),
+        50
+    );
+    assert_eq!(all.len(), 50);
+}
+
+#[test]
 fn a_rolled_back_enqueue_leaves_no_job_and_sends_nothing() {
     let db = TestDb::new();
     let queue = Queue::new(db.pool(1));
