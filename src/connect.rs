@@ -28,8 +28,8 @@ pub struct Conn {
     client: Client,
     statements: HashMap<String, Statement>,
     config: Config,
-    /// Sequential and bitmap scans, sorts and JIT are off in this session
-    /// ([`Conn::plan_with_indexes`]).
+    /// Sequential and bitmap scans, sorts and JIT are off and plans are generic in this
+    /// session ([`Conn::plan_with_indexes`]).
     index_plans: bool,
 }
 
@@ -47,9 +47,11 @@ impl Conn {
         Ok(statement)
     }
 
-    /// Turns sequential scans, bitmap scans, sorts and JIT off for this session, so the planner
-    /// reaches rows through plain index scans, in index order where a statement wants
-    /// order. A connection so set is closed, not reused, when it goes back to the pool.
+    /// Turns sequential scans, bitmap scans, sorts and JIT off for this session, so the
+    /// planner reaches rows through plain index scans, in index order where a statement
+    /// wants order, and makes prepared statements use one generic plan from their first
+    /// run. A connection so set is closed, not reused, when it goes back to the pool: keep
+    /// it for a loop rather than check it out per call.
     ///
     /// Every statement the worker runs per job reaches its rows through an index, but
     /// PostgreSQL chooses plans from the table's size and statistics, and a prepared
@@ -67,13 +69,20 @@ impl Conn {
     /// the penalty lifts its estimated cost past the JIT threshold, so JIT is off too:
     /// compiling took longer than running any of these statements.)
     ///
+    /// Plans are generic from the first run (`plan_cache_mode = force_generic_plan`):
+    /// with the scans above off, the generic plan is the right one at any table size, and
+    /// otherwise PostgreSQL may keep re-planning each run when column statistics (say,
+    /// from an `ANALYZE` of a full queue) make custom plans look cheaper. Re-planning the
+    /// claim on every run cut a drain of 50,000 jobs from 20,500 to 14,000 jobs/s.
+    ///
     /// # Errors
     /// The database's error.
     pub fn plan_with_indexes(&mut self) -> Result<(), postgres::Error> {
         if !self.index_plans {
             self.client.batch_execute(
                 "SET enable_seqscan = off; SET enable_bitmapscan = off; \
-                     SET enable_sort = off; SET jit = off",
+                     SET enable_sort = off; SET jit = off; \
+                     SET plan_cache_mode = force_generic_plan",
             )?;
             self.index_plans = true;
         }

@@ -57,8 +57,9 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
             wait(run, ch, Duration::from_millis(2), &mut rng);
             continue;
         }
-        // One claimer at a time, on the one claim connection: it claims for every idle
-        // thread, so this thread, if idle, gets a handed-over job from it.
+        // One claim at a time per claim connection: the claimer claims for every idle
+        // thread not yet reserved, so this thread, if idle, gets a handed-over job from
+        // it. With every claim connection busy, wait for a handed-over job or a wake-up.
         let Some(mut slot) = run.claim_conns.iter().find_map(|m| match m.try_lock() {
             Ok(slot) => Some(slot),
             Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),

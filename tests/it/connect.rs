@@ -79,6 +79,7 @@ fn a_connection_planning_with_indexes_is_closed_not_reused() {
     for setting in SETTINGS {
         assert_eq!(show(&mut conn, setting).0, "off", "{setting}");
     }
+    assert_eq!(show(&mut conn, "plan_cache_mode").0, "force_generic_plan");
     drop(conn);
     // The only connection the pool may hold: the next user gets a fresh session.
     let mut next = pool.get().unwrap();
@@ -90,6 +91,7 @@ fn a_connection_planning_with_indexes_is_closed_not_reused() {
             "{setting} leaked to the next user of the pool"
         );
     }
+    assert_eq!(show(&mut next, "plan_cache_mode").0, "auto");
     assert_ne!(pid, tuned_pid, "the tuned session was handed out again");
     // An untouched connection is reused as before.
     drop(next);
