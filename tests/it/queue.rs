@@ -80,8 +80,9 @@ fn prio(i: usize) -> i32 {
     i32::try_from(i % 5).unwrap()
 }
 
-#[test]
-fn ids_come_back_in_input_order_from_one_statement_per_batch() {
+/// A database, a proxy counting the protocol messages sent to it, and a pool of one
+/// connection through that proxy.
+fn one_connection_behind_a_counting_proxy() -> (TestDb, CountingProxy, pgqueuer::Pool) {
     let db = TestDb::new();
     let proxy = CountingProxy::start();
     let options = ConnectOptions {
@@ -90,6 +91,12 @@ fn ids_come_back_in_input_order_from_one_statement_per_batch() {
         ..Default::default()
     };
     let pool = pgqueuer::connect_with(&proxy.dsn(&db.name), &options).unwrap();
+    (db, proxy, pool)
+}
+
+#[test]
+fn ids_come_back_in_input_order_from_one_statement_per_batch() {
+    let (db, proxy, pool) = one_connection_behind_a_counting_proxy();
     let queue = Queue::new(pool);
     // Warm the connection and its prepared statement.
     queue.enqueue(job("warm")).unwrap();
@@ -156,14 +163,7 @@ fn ids_come_back_in_input_order_from_one_statement_per_batch() {
 
 #[test]
 fn a_held_connection_enqueues_with_one_prepared_statement_and_no_probe() {
-    let db = TestDb::new();
-    let proxy = CountingProxy::start();
-    let options = ConnectOptions {
-        max_size: 1,
-        min_idle: 0,
-        ..Default::default()
-    };
-    let pool = pgqueuer::connect_with(&proxy.dsn(&db.name), &options).unwrap();
+    let (db, proxy, pool) = one_connection_behind_a_counting_proxy();
     let queue = Queue::new(pool.clone());
     let mut conn = pool.get().unwrap();
     let mut client = db.client();
@@ -523,14 +523,7 @@ fn payloads_round_trip_exactly() {
 
 #[test]
 fn bad_input_names_the_field_sends_nothing_and_inserts_nothing() {
-    let db = TestDb::new();
-    let proxy = CountingProxy::start();
-    let options = ConnectOptions {
-        max_size: 1,
-        min_idle: 0,
-        ..Default::default()
-    };
-    let pool = pgqueuer::connect_with(&proxy.dsn(&db.name), &options).unwrap();
+    let (db, proxy, pool) = one_connection_behind_a_counting_proxy();
     let queue = Queue::new(pool);
     let mut direct = db.client();
     let before = proxy.total();
