@@ -219,11 +219,12 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
 // address, which the snapshot cannot see: it is left unchanged, stays owned, and is
 // retried by the caller like a skipped row.
 
-/// A `FROM` item yielding `tid` and `id` of the rows of `ids` (a `bigint[]` expression)
-/// owned by `worker` (a `uuid` expression), locked, skipping rows locked by others.
+/// A `FROM` item yielding `tid` and `id` of the rows of `ids` (a `bigint[]` expression,
+/// each id once however often it is listed) owned by `worker` (a `uuid` expression),
+/// locked, skipping rows locked by others.
 fn lock_owned(queue: &str, ids: &str, worker: &str) -> String {
     format!(
-        "UNNEST({ids}) AS wanted(id)\n    CROSS JOIN LATERAL (\n        \
+        "(SELECT DISTINCT UNNEST({ids}) AS id) AS wanted\n    CROSS JOIN LATERAL (\n        \
          SELECT ctid AS tid, id FROM {queue}\n        \
          WHERE id = wanted.id AND queue_manager_id IS NOT DISTINCT FROM {worker}\n        \
          FOR UPDATE SKIP LOCKED\n    ) owned_row"
