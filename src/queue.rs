@@ -346,14 +346,7 @@ impl Queue {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let statement = conn.prepare_cached(self.sql.insert_many(Conflict::Raise))?;
-        all_ids(self.run_insert(
-            conn.client(),
-            Some(&statement),
-            Conflict::Raise,
-            jobs,
-            &columns,
-        )?)
+        all_ids(self.insert_prepared(conn, Conflict::Raise, jobs, &columns)?)
     }
 
     /// Enqueues a batch in one statement with a choice of what a held dedupe key does.
@@ -642,9 +635,19 @@ impl Queue {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.pool.get()?;
+        self.insert_prepared(&mut *self.pool.get()?, conflict, jobs, &columns)
+    }
+
+    /// Enqueues checked input on `conn` with its cached prepared statement.
+    fn insert_prepared(
+        &self,
+        conn: &mut Conn,
+        conflict: Conflict,
+        jobs: &[NewJob],
+        columns: &Columns<'_>,
+    ) -> Result<Vec<Option<JobId>>> {
         let statement = conn.prepare_cached(self.sql.insert_many(conflict))?;
-        self.run_insert(conn.client(), Some(&statement), conflict, jobs, &columns)
+        self.run_insert(conn.client(), Some(&statement), conflict, jobs, columns)
     }
 
     /// Enqueues through the caller's client as a one-round-trip typed query (a caller's

@@ -223,22 +223,24 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
 /// each id once however often it is listed) owned by `worker` (a `uuid` expression),
 /// locked, skipping rows locked by others.
 fn lock_owned(queue: &str, ids: &str, worker: &str) -> String {
+    owned_rows(queue, ids, worker, "\n        FOR UPDATE SKIP LOCKED")
+}
+
+/// [`lock_owned`]'s `FROM` item with `locking` (empty or a locking clause) after the
+/// probe.
+fn owned_rows(queue: &str, ids: &str, worker: &str, locking: &str) -> String {
     format!(
         "(SELECT DISTINCT UNNEST({ids}) AS id) AS wanted\n    CROSS JOIN LATERAL (\n        \
          SELECT ctid AS tid, id FROM {queue}\n        \
-         WHERE id = wanted.id AND queue_manager_id IS NOT DISTINCT FROM {worker}\n        \
-         FOR UPDATE SKIP LOCKED\n    ) owned_row"
+         WHERE id = wanted.id AND queue_manager_id IS NOT DISTINCT FROM {worker}{locking}\n    \
+         ) owned_row"
     )
 }
 
 /// The rows of `$1` (ids) this worker (`$2`) owns, without locking them.
 pub(crate) fn queue_owned(s: &Settings) -> String {
-    format!(
-        "SELECT owned_row.id FROM UNNEST($1::bigint[]) AS wanted(id)\n\
-         CROSS JOIN LATERAL (\n    SELECT id FROM {} WHERE id = wanted.id \
-         AND queue_manager_id IS NOT DISTINCT FROM $2::uuid\n) owned_row",
-        s.qualify(&s.queue_table)
-    )
+    let rows = owned_rows(&s.qualify(&s.queue_table), "$1::bigint[]", "$2::uuid", "");
+    format!("SELECT owned_row.id FROM {rows}")
 }
 
 /// Ends claims: deletes (or, for `failed`, holds) the rows this worker still owns and

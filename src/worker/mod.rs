@@ -184,18 +184,6 @@ impl WorkerBuilder {
                 ),
             ));
         }
-        // Two claims of a limited entrypoint in flight at once would compute the same free
-        // seats and one would lose the race on the seat index nearly every time.
-        let gated = self.registry.limits().iter().any(|(_, limit)| *limit > 0);
-        let claimers = if gated {
-            1
-        } else {
-            usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_CLAIMERS))
-                .unwrap_or(1)
-        };
-        let seats_scarce = self.registry.limits().iter().any(|(_, limit)| {
-            *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= self.threads)
-        });
         let mut conn = self.pool.get()?;
         crate::schema::verify_with(&mut conn, &self.settings)?;
         let config = conn.config().clone();
@@ -203,13 +191,25 @@ impl WorkerBuilder {
         let statements = Arc::new(Statements::new(&self.settings)?);
         let timeout_us = i64::try_from(self.heartbeat_timeout.as_micros()).unwrap_or(i64::MAX);
         let worker_id = Uuid::new_v4();
+        let limits = self.registry.limits();
         let claimer = Claimer::from_parts(
             statements,
-            &self.registry.limits(),
+            &limits,
             worker_id,
             self.max_concurrent_tasks.map(i64::from),
             timeout_us,
         );
+        // Two claims of a limited entrypoint in flight at once would compute the same free
+        // seats and one would lose the race on the seat index nearly every time.
+        let claimers = if claimer.is_capacity_gated() {
+            1
+        } else {
+            usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_CLAIMERS))
+                .unwrap_or(1)
+        };
+        let seats_scarce = limits.iter().any(|(_, limit)| {
+            *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= self.threads)
+        });
         Ok(Worker {
             inner: Arc::new(Inner {
                 pool: self.pool,
