@@ -212,6 +212,32 @@ fn db_commits(pool: &Pool) -> i64 {
         .get(0)
 }
 
+/// CPU time so far, in clock ticks: the whole machine's busy time (every core) and this
+/// process's own (user + system). `None` off Linux.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy = cpu.iter().take(8).sum::<u64>() - cpu.get(3)? - cpu.get(4)?;
+    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let fields: Vec<u64> = own
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Some((busy, fields.iter().sum()))
+}
+
 /// `jobs` queued up front, then one worker drains them; jobs per second to empty.
 fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
     let pool = db.pool(4);
@@ -231,9 +257,19 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
     let w = worker(&pool, threads, batch, 0, &counter);
     std::thread::sleep(Duration::from_millis(1_100));
     let commits0 = db_commits(&pool);
+    let cpu0 = cpu_ticks();
     let started = Instant::now();
     w.run_until_empty().unwrap();
     let elapsed = started.elapsed().as_secs_f64();
+    if let (Some((busy0, own0)), Some((busy1, own1))) = (cpu0, cpu_ticks()) {
+        // Clock ticks are 10 ms on Linux: per job, in microseconds.
+        let per_job = |ticks: u64| ticks as f64 * 10_000.0 / jobs as f64;
+        eprintln!(
+            "    drain: CPU per job {:.1} us on the machine, {:.1} us in this process",
+            per_job(busy1 - busy0),
+            per_job(own1 - own0)
+        );
+    }
     std::thread::sleep(Duration::from_millis(1_100));
     let commits = db_commits(&pool) - commits0;
     eprintln!(

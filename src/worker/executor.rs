@@ -26,11 +26,13 @@ const UNWRITTEN_LIMIT: usize = 500;
 
 /// The channels one executor uses.
 pub(crate) struct Channels {
-    /// Wake tokens: from the listener on table changes, and from executors that claimed a
-    /// full batch (more work is likely waiting).
+    /// Wake tokens: from the listener on table changes, from executors that claimed a
+    /// full batch (more work is likely waiting), and for handed-over jobs (one idle thread
+    /// at a time, see `take_handed_over`).
     pub(crate) wake_tx: Sender<()>,
     pub(crate) wake_rx: Receiver<()>,
-    /// Jobs claimed by one executor for other, idle ones.
+    /// Jobs claimed by one executor for other, idle ones. Nobody blocks on it: a send
+    /// wakes no thread by itself.
     pub(crate) handoff_tx: Sender<Job>,
     pub(crate) handoff_rx: Receiver<Job>,
     /// Outcomes for the completer.
@@ -44,7 +46,7 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
     let mut rng = Jitter::new(index);
     let mut backoff = Duration::from_millis(50);
     loop {
-        if let Ok(job) = ch.handoff_rx.try_recv() {
+        if let Some(job) = take_handed_over(run, ch) {
             execute(run, job, ch, &mut rng);
             run.release(1);
             continue;
@@ -124,9 +126,14 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         }
         let mut jobs = claim.jobs.into_iter();
         let first = jobs.next();
-        for job in jobs {
-            // Cannot fail: this thread holds a receiver.
-            let _ = ch.handoff_tx.send(job);
+        if n > 1 {
+            for job in jobs {
+                // Cannot fail: this thread holds a receiver.
+                let _ = ch.handoff_tx.send(job);
+            }
+            // One idle thread is woken for the handed-over jobs; it wakes the next if
+            // any are left when it takes one (see `take_handed_over`).
+            wake_for_handed_over(run, ch);
         }
         if let Some(job) = first {
             execute(run, job, ch, &mut rng);
@@ -134,7 +141,7 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         run.release(1);
     }
     // Jobs handed over after the other threads left are run here.
-    while let Ok(job) = ch.handoff_rx.try_recv() {
+    while let Some(job) = take_handed_over(run, ch) {
         execute(run, job, ch, &mut rng);
         run.release(1);
     }
@@ -173,15 +180,44 @@ fn idle(run: &Run, ch: &Channels, next_due: Option<Duration>, rng: &mut Jitter) 
     wait(run, ch, timeout, rng);
 }
 
+/// A job handed over by a claimer, if any is waiting; wakes one more idle thread when
+/// others are still waiting after this one.
+///
+/// Handed-over jobs are picked up by whichever thread comes first: a thread back from
+/// its own job, or an idle one woken for them. Idle threads are woken one at a time, each
+/// by the previous taker, so a batch of short jobs wakes only the few threads it keeps
+/// busy rather than one per job (each wake of a sleeping thread costs several
+/// microseconds of CPU, as much as PostgreSQL spends on a good part of the job itself).
+/// No job waits for a wake that never comes: the claimer, too, comes back for them once
+/// its own job is done.
+fn take_handed_over(run: &Run, ch: &Channels) -> Option<Job> {
+    let job = ch.handoff_rx.try_recv().ok()?;
+    if !ch.handoff_rx.is_empty() {
+        wake_for_handed_over(run, ch);
+    }
+    Some(job)
+}
+
+/// Wakes one idle thread for handed-over jobs, unless one is already woken for them and
+/// has not yet come round (takers would otherwise send a token each, and every token
+/// wakes a thread).
+fn wake_for_handed_over(run: &Run, ch: &Channels) {
+    if !run.handoff_wake.swap(true, Ordering::SeqCst) {
+        let _ = ch.wake_tx.try_send(());
+    }
+}
+
+/// Sleeps until a wake-up (handed-over jobs or table changes), shutdown or `timeout`,
+/// then runs a handed-over job if one is waiting.
 fn wait(run: &Run, ch: &Channels, timeout: Duration, rng: &mut Jitter) {
     select! {
-        recv(ch.handoff_rx) -> job => {
-            if let Ok(job) = job {
+        recv(ch.wake_rx) -> _ => {
+            run.handoff_wake.store(false, Ordering::SeqCst);
+            if let Some(job) = take_handed_over(run, ch) {
                 execute(run, job, ch, rng);
                 run.release(1);
             }
         }
-        recv(ch.wake_rx) -> _ => {}
         recv(run.shutdown.receiver()) -> _ => {}
         default(timeout) => {}
     }

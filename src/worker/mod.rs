@@ -310,6 +310,9 @@ pub(crate) struct Run {
     /// Set by the listener on every table change; the claimer clears it before claiming
     /// and claims again if it was set meanwhile (the change may postdate its snapshot).
     pub(crate) changed: AtomicBool,
+    /// A wake token for handed-over jobs is on its way to an idle thread (see
+    /// `executor::take_handed_over`).
+    pub(crate) handoff_wake: AtomicBool,
     /// Handlers running right now. The completer waits a moment for their outcomes
     /// before writing a batch while this is above zero (one statement for several jobs).
     pub(crate) executing: AtomicUsize,
@@ -461,6 +464,7 @@ impl Worker {
             free: AtomicUsize::new(inner.threads),
             claim_conns: (0..inner.claimers).map(|_| Mutex::new(None)).collect(),
             changed: AtomicBool::new(false),
+            handoff_wake: AtomicBool::new(false),
             executing: AtomicUsize::new(0),
             counters: Counters::default(),
         };
