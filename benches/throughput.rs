@@ -183,10 +183,11 @@ fn flow(
             });
         }
         std::thread::sleep(Duration::from_secs(2));
-        let (c0, t0) = (counter.load(Ordering::Relaxed), Instant::now());
+        let (c0, t0, cpu0) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
         std::thread::sleep(window);
-        let (c1, t1) = (counter.load(Ordering::Relaxed), Instant::now());
+        let (c1, t1, cpu1) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
         stop.store(true, Ordering::Relaxed);
+        report_cpu("flow", cpu0, cpu1, c1 - c0);
         (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
     });
     running.join().unwrap();
@@ -238,6 +239,20 @@ fn cpu_ticks() -> Option<(u64, u64)> {
     Some((busy, fields.iter().sum()))
 }
 
+/// Prints the CPU time per job between two [`cpu_ticks`] readings: the machine's and
+/// this process's (worker and producers), so what PostgreSQL spent is the difference.
+fn report_cpu(what: &str, before: Option<(u64, u64)>, after: Option<(u64, u64)>, jobs: u64) {
+    if let (Some((busy0, own0)), Some((busy1, own1))) = (before, after) {
+        // Clock ticks are 10 ms on Linux: per job, in microseconds.
+        let per_job = |ticks: u64| ticks as f64 * 10_000.0 / jobs.max(1) as f64;
+        eprintln!(
+            "    {what}: CPU per job {:.1} us on the machine, {:.1} us in this process",
+            per_job(busy1 - busy0),
+            per_job(own1 - own0)
+        );
+    }
+}
+
 /// `jobs` queued up front, then one worker drains them; jobs per second to empty.
 fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
     let pool = db.pool(4);
@@ -261,15 +276,7 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
     let started = Instant::now();
     w.run_until_empty().unwrap();
     let elapsed = started.elapsed().as_secs_f64();
-    if let (Some((busy0, own0)), Some((busy1, own1))) = (cpu0, cpu_ticks()) {
-        // Clock ticks are 10 ms on Linux: per job, in microseconds.
-        let per_job = |ticks: u64| ticks as f64 * 10_000.0 / jobs as f64;
-        eprintln!(
-            "    drain: CPU per job {:.1} us on the machine, {:.1} us in this process",
-            per_job(busy1 - busy0),
-            per_job(own1 - own0)
-        );
-    }
+    report_cpu("drain", cpu0, cpu_ticks(), jobs as u64);
     std::thread::sleep(Duration::from_millis(1_100));
     let commits = db_commits(&pool) - commits0;
     eprintln!(

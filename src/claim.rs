@@ -34,6 +34,10 @@ pub struct Claim {
     /// entrypoint locked or taken by a concurrent claim (it may then hold fewer jobs
     /// than it could have).
     pub lost_race: bool,
+    /// With [`Claimer::complete_and_claim`]: the ids whose outcome was written (still
+    /// owned by this worker, now deleted or held, with their log row). Empty otherwise,
+    /// and after a lost race, which writes nothing.
+    pub ended: Vec<JobId>,
 }
 
 /// How a claimed job ended, for [`Claimer::complete`].
@@ -45,6 +49,37 @@ pub struct Outcome {
     pub status: Status,
     /// The traceback JSON for the log row (see PgQueuer's `TracebackRecord`).
     pub traceback: Option<serde_json::Value>,
+}
+
+/// Outcomes as the aligned arrays the statements that end claims bind.
+struct Ending {
+    ids: Vec<JobId>,
+    statuses: Vec<&'static str>,
+    tracebacks: Vec<Option<String>>,
+}
+
+impl Ending {
+    /// # Errors
+    /// [`Error::InvalidInput`] for a status that does not end a job.
+    fn new(outcomes: &[Outcome]) -> Result<Ending> {
+        if let Some(o) = outcomes
+            .iter()
+            .find(|o| matches!(o.status, Status::Queued | Status::Picked))
+        {
+            return Err(Error::invalid(
+                "status",
+                format!("{} is not an outcome of a job", o.status),
+            ));
+        }
+        Ok(Ending {
+            ids: outcomes.iter().map(|o| o.id).collect(),
+            statuses: outcomes.iter().map(|o| o.status.as_str()).collect(),
+            tracebacks: outcomes
+                .iter()
+                .map(|o| o.traceback.as_ref().map(serde_json::Value::to_string))
+                .collect(),
+        })
+    }
 }
 
 /// Statements shared by every claimer of the same settings.
@@ -222,9 +257,14 @@ impl Claimer {
 
     /// The claim statement this claimer runs (for inspection and `EXPLAIN`).
     pub fn claim_sql(&self) -> &str {
+        self.statement(false)
+    }
+
+    /// The claim statement, with or without ending claims first.
+    fn statement(&self, ending: bool) -> &str {
         self.statements
             .claim
-            .get(self.capacity_gated, self.budget.is_some())
+            .get(self.capacity_gated, self.budget.is_some(), ending)
     }
 
     /// Claims up to `batch_size` jobs on a pooled connection, with the statement prepared
@@ -235,7 +275,32 @@ impl Claimer {
     /// error other than a lost seat race or deadlock (which give an empty [`Claim`]).
     pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
         let statement = conn.prepare_cached(self.claim_sql())?;
-        self.run_claim(conn.client(), &statement, batch_size)
+        self.run_claim(conn.client(), &statement, batch_size, None)
+    }
+
+    /// Ends claimed jobs and claims up to `batch_size` more, in one statement and one
+    /// commit: [`Claimer::complete`] and [`Claimer::claim`] at the price of one. The
+    /// seats the ended jobs held are free to this claim already, so a limited entrypoint
+    /// runs its next job without waiting for a second commit. Outcomes of rows this
+    /// worker no longer owns are skipped, and so are rows a concurrent claim holds locked
+    /// for a moment: [`Claim::ended`] lists those written, and the caller ends the others
+    /// later (with [`Claimer::complete`], which retries locked rows). A lost race writes
+    /// nothing (`ended` is empty).
+    ///
+    /// # Errors
+    /// As [`Claimer::claim`] and [`Claimer::complete`]; nothing is written then.
+    pub fn complete_and_claim(
+        &self,
+        conn: &mut Conn,
+        outcomes: &[Outcome],
+        batch_size: usize,
+    ) -> Result<Claim> {
+        if outcomes.is_empty() {
+            return self.claim(conn, batch_size);
+        }
+        let ending = Ending::new(outcomes)?;
+        let statement = conn.prepare_cached(self.statement(true))?;
+        self.run_claim(conn.client(), &statement, batch_size, Some(&ending))
     }
 
     /// Claims up to `batch_size` jobs through any client, e.g. inside the caller's
@@ -246,10 +311,16 @@ impl Claimer {
     /// As [`Claimer::claim`].
     pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
         let sql = self.claim_sql().to_owned();
-        self.run_claim(client, &sql, batch_size)
+        self.run_claim(client, &sql, batch_size, None)
     }
 
-    fn run_claim<C, T>(&self, client: &mut C, statement: &T, batch_size: usize) -> Result<Claim>
+    fn run_claim<C, T>(
+        &self,
+        client: &mut C,
+        statement: &T,
+        batch_size: usize,
+        ending: Option<&Ending>,
+    ) -> Result<Claim>
     where
         C: GenericClient,
         T: postgres::ToStatement + ?Sized,
@@ -263,60 +334,40 @@ impl Claimer {
                     format!("{batch_size} is not in 1..=2147483647"),
                 )
             })?;
-        let result = match (self.capacity_gated, self.budget) {
-            (false, None) => client.query(
-                statement,
-                &[
-                    &batch,
-                    &self.names,
-                    &self.worker_id,
-                    &self.heartbeat_timeout_us,
-                ],
-            ),
-            (false, Some(b)) => client.query(
-                statement,
-                &[
-                    &batch,
-                    &self.names,
-                    &self.worker_id,
-                    &self.heartbeat_timeout_us,
-                    &b,
-                ],
-            ),
-            (true, None) => client.query(
-                statement,
-                &[
-                    &batch,
-                    &self.names,
-                    &self.worker_id,
-                    &self.heartbeat_timeout_us,
-                    &self.limits,
-                ],
-            ),
-            (true, Some(b)) => client.query(
-                statement,
-                &[
-                    &batch,
-                    &self.names,
-                    &self.worker_id,
-                    &self.heartbeat_timeout_us,
-                    &self.limits,
-                    &b,
-                ],
-            ),
-        };
-        match result {
+        // The parameters in the order the shape binds them (see `sql::claim`).
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
+            &batch,
+            &self.names,
+            &self.worker_id,
+            &self.heartbeat_timeout_us,
+        ];
+        if self.capacity_gated {
+            params.push(&self.limits);
+        }
+        if let Some(budget) = &self.budget {
+            params.push(budget);
+        }
+        if let Some(ending) = ending {
+            params.extend([
+                &ending.ids as &(dyn postgres::types::ToSql + Sync),
+                &ending.statuses,
+                &ending.tracebacks,
+            ]);
+        }
+        match client.query(statement, &params) {
             Ok(rows) => {
                 let mut claim = Claim::default();
-                for row in &rows {
+                for (i, row) in rows.iter().enumerate() {
                     if self.capacity_gated {
                         let contended: i64 = row.try_get("contended")?;
                         claim.lost_race |= contended > 0;
-                        if row.try_get::<_, Option<JobId>>("id")?.is_none() {
-                            continue;
-                        }
                     }
-                    claim.jobs.push(Job::from_row(row)?);
+                    if ending.is_some() && i == 0 {
+                        claim.ended = row.try_get("ended")?;
+                    }
+                    if row.try_get::<_, Option<JobId>>("id")?.is_some() {
+                        claim.jobs.push(Job::from_row(row)?);
+                    }
                 }
                 Ok(claim)
             }
@@ -324,8 +375,8 @@ impl Claimer {
                 kind @ (ErrorKind::LostSlotRace | ErrorKind::Deadlock) => {
                     log::trace!("claim lost a race ({kind:?}); reporting an empty batch");
                     Ok(Claim {
-                        jobs: Vec::new(),
                         lost_race: true,
+                        ..Claim::default()
                     })
                 }
                 _ => Err(Error::Db(e)),
@@ -345,28 +396,20 @@ impl Claimer {
     /// # Errors
     /// [`Error::InvalidInput`] for a non-terminal status; [`Error::Db`] otherwise.
     pub fn complete(&self, conn: &mut Conn, outcomes: &[Outcome]) -> Result<Vec<JobId>> {
-        for o in outcomes {
-            if matches!(o.status, Status::Queued | Status::Picked) {
-                return Err(Error::invalid(
-                    "status",
-                    format!("{} is not an outcome of a job", o.status),
-                ));
-            }
-        }
+        Ending::new(outcomes)?;
         let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
         let statement = conn.prepare_cached(&self.statements.complete)?;
         self.until_owned_done(conn, &ids, |conn, pending| {
-            let chosen: Vec<&Outcome> = outcomes
+            let chosen: Vec<Outcome> = outcomes
                 .iter()
                 .filter(|o| pending.contains(&o.id))
+                .cloned()
                 .collect();
-            let ids: Vec<JobId> = chosen.iter().map(|o| o.id).collect();
-            let statuses: Vec<&str> = chosen.iter().map(|o| o.status.as_str()).collect();
-            let tracebacks: Vec<Option<String>> = chosen
-                .iter()
-                .map(|o| o.traceback.as_ref().map(serde_json::Value::to_string))
-                .collect();
-            conn.query(&statement, &[&ids, &statuses, &tracebacks, &self.worker_id])
+            let e = Ending::new(&chosen).unwrap_or_else(|_| unreachable!("checked above"));
+            conn.query(
+                &statement,
+                &[&e.ids, &e.statuses, &e.tracebacks, &self.worker_id],
+            )
         })
     }
 

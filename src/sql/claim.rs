@@ -13,16 +13,21 @@
 use crate::job::Job;
 use crate::settings::Settings;
 
-/// The four rendered shapes of the claim statement.
+/// The rendered shapes of the claim statement.
 #[derive(Debug, Clone)]
 pub(crate) struct ClaimSql {
-    /// Indexed by `[capacity_gated as usize][budget_gated as usize]`.
-    shapes: [[String; 2]; 2],
+    /// Indexed by `[capacity_gated][budget_gated][ending]`.
+    shapes: [[[String; 2]; 2]; 2],
 }
 
 impl ClaimSql {
     pub(crate) fn new(s: &Settings) -> ClaimSql {
-        let shape = |gated, budget| queue_claim(s, gated, budget);
+        let shape = |gated, budget| {
+            [
+                queue_claim(s, gated, budget, false),
+                queue_claim(s, gated, budget, true),
+            ]
+        };
         ClaimSql {
             shapes: [
                 [shape(false, false), shape(false, true)],
@@ -31,30 +36,56 @@ impl ClaimSql {
         }
     }
 
-    pub(crate) fn get(&self, capacity_gated: bool, budget_gated: bool) -> &str {
-        &self.shapes[usize::from(capacity_gated)][usize::from(budget_gated)]
+    pub(crate) fn get(&self, capacity_gated: bool, budget_gated: bool, ending: bool) -> &str {
+        &self.shapes[usize::from(capacity_gated)][usize::from(budget_gated)][usize::from(ending)]
     }
 }
 
 /// Renders one shape of the claim statement.
-pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool) -> String {
+///
+/// The `ending` shapes first end claims, as [`queue_complete_many`] does, with three more
+/// parameters after the others: ids (bigint[]), statuses (text[]) and tracebacks (text[]).
+/// Ending and claiming then commit together, and the seats of the ended rows are free to
+/// this very claim: each is excluded from the held seats only once its row is deleted (the
+/// exclusion reads the rows the deletion returned), so the seat index never sees two live
+/// holders. They return one row at least, with the ended ids in `ended`.
+pub(crate) fn queue_claim(
+    s: &Settings,
+    capacity_gated: bool,
+    budget_gated: bool,
+    ending: bool,
+) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let budget_param = if capacity_gated { "$6" } else { "$5" };
     let fresh = "status = 'queued' AND execute_after < NOW()";
+    let mut ctes: Vec<String> = Vec::new();
+    // Rows this statement ends are no longer held, for the seat and budget counts.
+    let not_ended = if ending {
+        let first = 5 + usize::from(capacity_gated) + usize::from(budget_gated);
+        ctes.extend(ending_ctes(
+            s,
+            &format!("${first}::bigint[]"),
+            &format!("${}::text[]", first + 1),
+            &format!("${}::text[]", first + 2),
+            "$3::uuid",
+        ));
+        " AND id <> ALL(ARRAY(SELECT id FROM ended_rows))"
+    } else {
+        ""
+    };
     // The per-worker budget: no new claim at all once this worker holds `budget` jobs.
     let budget_ok = if budget_gated {
         format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
     } else {
         String::new()
     };
-    let mut ctes: Vec<String> = Vec::new();
     if capacity_gated {
         ctes.push("params AS (\n    SELECT UNNEST($2::text[]) AS entrypoint, UNNEST($5::bigint[]) AS concurrency_limit\n)".into());
         // Fleet-wide holders per entrypoint; a row is held exactly while it has an owner.
         ctes.push(format!(
             "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
-             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL\n    GROUP BY entrypoint\n)"
+             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
         ));
         ctes.push(
             "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
@@ -70,7 +101,7 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
         ctes.push(format!(
             "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
              GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
-             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[])\n)"
+             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[]){not_ended}\n)"
         ));
     }
     if capacity_gated {
@@ -149,7 +180,7 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
              CROSS JOIN LATERAL generate_series(0::bigint, (a.concurrency_limit - a.remaining) + LEAST($1::int, a.remaining) - 1) AS s(slot)\n    \
              WHERE a.remaining IS NOT NULL\n      \
              AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
-             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot\n      )\n)"
+             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot{not_ended}\n      )\n)"
         ));
         ctes.push(
             "slot_assignments AS (\n    SELECT r.id, f.slot FROM (\n        \
@@ -180,6 +211,11 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
         "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
          SELECT id, status, entrypoint, priority FROM claimed\n)"
     ));
+    let ended = if ending {
+        ", ended.ids AS ended FROM (SELECT ARRAY(SELECT job_id FROM log_end) AS ids) ended"
+    } else {
+        ""
+    };
     if capacity_gated {
         // One row at least: `contended` counts windowed candidates another claim locked
         // or took first, so the caller can tell "lost a race, retry now" from "nothing
@@ -187,9 +223,20 @@ pub(crate) fn queue_claim(s: &Settings, capacity_gated: bool, budget_gated: bool
         ctes.push(
             "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended FROM limited_attempts\n)".into(),
         );
+        let from = if ending {
+            " CROSS JOIN contention"
+        } else {
+            " FROM contention"
+        };
         format!(
-            "WITH\n{}\nSELECT {}, contention.contended FROM contention LEFT JOIN claimed ON TRUE \
+            "WITH\n{}\nSELECT {}, contention.contended{ended}{from} LEFT JOIN claimed ON TRUE \
              ORDER BY priority DESC, id ASC",
+            ctes.join(",\n"),
+            Job::COLUMNS
+        )
+    } else if ending {
+        format!(
+            "WITH\n{}\nSELECT {}{ended} LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
             Job::COLUMNS
         )
@@ -243,30 +290,54 @@ pub(crate) fn queue_owned(s: &Settings) -> String {
     format!("SELECT owned_row.id FROM {rows}")
 }
 
-/// Ends claims: deletes (or, for `failed`, holds) the rows this worker still owns and
-/// writes one log row per row that was ended. `$1` ids, `$2` statuses (text[]), `$3`
-/// tracebacks (text[] of JSON or NULL), `$4` the worker id. Returns the logged ids.
-pub(crate) fn queue_complete_many(s: &Settings) -> String {
+/// The CTEs that end claims: delete (or, for `failed`, hold) the rows of `ids` this
+/// worker (`worker`) still owns, and write one log row per row ended. `ended_rows` holds
+/// the ended rows (id, entrypoint, priority) once the rows are changed; `log_end` returns
+/// the logged ids. `ids`, `statuses` (text[]) and `tracebacks` (text[] of JSON or NULL)
+/// are aligned array expressions.
+fn ending_ctes(
+    s: &Settings,
+    ids: &str,
+    statuses: &str,
+    tracebacks: &str,
+    worker: &str,
+) -> [String; 7] {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let status = s.qualify(&s.queue_status_type);
-    let lock = lock_owned(&queue, "$1::bigint[]", "$4::uuid");
-    format!(
-        "WITH job_status AS (\n    \
-         SELECT UNNEST($1::bigint[]) AS id, UNNEST($2::text[])::{status} AS status, UNNEST($3::text[])::jsonb AS traceback\n),\n\
-         owned AS (\n    SELECT owned_row.tid, owned_row.id FROM {lock}\n),\n\
-         ending AS (\n    SELECT o.tid, js.id, js.status, js.traceback FROM owned o JOIN job_status js ON js.id = o.id\n),\n\
-         deleted AS (\n    DELETE FROM {queue}\n    \
-         WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status <> 'failed'))\n    \
-         RETURNING id, entrypoint, priority\n),\n\
-         held AS (\n    UPDATE {queue} SET status = 'failed', updated = NOW(), queue_manager_id = NULL\n    \
-         WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status = 'failed'))\n    \
-         RETURNING id, entrypoint, priority\n)\n\
-         INSERT INTO {log} (job_id, status, entrypoint, priority, traceback)\n\
-         SELECT e.id, e.status, m.entrypoint, m.priority, e.traceback\n\
-         FROM ending e JOIN (SELECT * FROM deleted UNION ALL SELECT * FROM held) m ON m.id = e.id\n\
-         RETURNING job_id"
-    )
+    let lock = lock_owned(&queue, ids, worker);
+    [
+        format!(
+            "job_status AS (\n    \
+             SELECT UNNEST({ids}) AS id, UNNEST({statuses})::{status} AS status, UNNEST({tracebacks})::jsonb AS traceback\n)"
+        ),
+        format!("owned AS (\n    SELECT owned_row.tid, owned_row.id FROM {lock}\n)"),
+        "ending AS (\n    SELECT o.tid, js.id, js.status, js.traceback FROM owned o JOIN job_status js ON js.id = o.id\n)".into(),
+        format!(
+            "deleted AS (\n    DELETE FROM {queue}\n    \
+             WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status <> 'failed'))\n    \
+             RETURNING id, entrypoint, priority\n)"
+        ),
+        format!(
+            "held AS (\n    UPDATE {queue} SET status = 'failed', updated = NOW(), queue_manager_id = NULL\n    \
+             WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status = 'failed'))\n    \
+             RETURNING id, entrypoint, priority\n)"
+        ),
+        "ended_rows AS (\n    SELECT * FROM deleted UNION ALL SELECT * FROM held\n)".into(),
+        format!(
+            "log_end AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority, traceback)\n    \
+             SELECT e.id, e.status, m.entrypoint, m.priority, e.traceback\n    \
+             FROM ending e JOIN ended_rows m ON m.id = e.id\n    \
+             RETURNING job_id\n)"
+        ),
+    ]
+}
+
+/// Ends claims (see [`ending_ctes`]). `$1` ids, `$2` statuses (text[]), `$3` tracebacks
+/// (text[] of JSON or NULL), `$4` the worker id. Returns the logged ids.
+pub(crate) fn queue_complete_many(s: &Settings) -> String {
+    let ctes = ending_ctes(s, "$1::bigint[]", "$2::text[]", "$3::text[]", "$4::uuid");
+    format!("WITH\n{}\nSELECT job_id FROM log_end", ctes.join(",\n"))
 }
 
 /// Refreshes the heartbeat of the rows this worker owns. `$1` ids, `$2` the worker id.
@@ -321,7 +392,7 @@ mod tests {
 
     #[test]
     fn the_ungated_shape_has_no_capacity_machinery() {
-        let sql = queue_claim(&Settings::default(), false, false);
+        let sql = queue_claim(&Settings::default(), false, false, false);
         // `slot` is only read back with the row, never computed or written.
         let body = sql.split("\nSELECT id, priority").next().unwrap();
         for word in [
@@ -345,16 +416,16 @@ mod tests {
     #[test]
     fn shapes_bind_the_documented_parameters() {
         let s = Settings::default();
-        assert!(queue_claim(&s, true, false).contains("$5::bigint[]"));
-        assert!(!queue_claim(&s, true, false).contains("$6"));
-        assert!(queue_claim(&s, true, true).contains("$6::bigint"));
-        assert!(queue_claim(&s, false, true).contains("$5::bigint - COUNT(*)"));
+        assert!(queue_claim(&s, true, false, false).contains("$5::bigint[]"));
+        assert!(!queue_claim(&s, true, false, false).contains("$6"));
+        assert!(queue_claim(&s, true, true, false).contains("$6::bigint"));
+        assert!(queue_claim(&s, false, true, false).contains("$5::bigint - COUNT(*)"));
     }
 
     #[test]
     fn names_follow_settings() {
         let s = Settings::with_prefix("app_").schema("myq");
-        let sql = queue_claim(&s, true, true);
+        let sql = queue_claim(&s, true, true, false);
         assert!(sql.contains("myq.app_pgqueuer "));
         assert!(sql.contains("INSERT INTO myq.app_pgqueuer_log "));
         assert!(!sql.contains(" pgqueuer "));

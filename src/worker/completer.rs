@@ -1,112 +1,143 @@
-//! Batched completion: the outcomes of finished handlers, written in one statement per
-//! batch (delete or hold the rows, plus their log rows) as soon as they arrive.
+//! Outcomes of finished handlers, and the thread that writes them.
+//!
+//! A finished job's outcome waits in [`Unwritten`]. When seats are scarce (some
+//! concurrency limit is no larger than the worker's thread count), the next claim takes
+//! the ends (not the retries) along and writes them in its own statement and commit
+//! ([`crate::Claimer::complete_and_claim`]): their seats are free to that very claim, so
+//! a seat turns over with one commit instead of two. Otherwise ends are left to the
+//! completer, which writes them on its own connection while claims run on theirs (taken
+//! along, they would lengthen every claim, and claims are what a busy worker waits on).
+//! The completer writes whatever is waiting [`LINGER`] after the first of it arrived, in
+//! one statement per batch.
 
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::Run;
 use super::executor::drop_if_broken;
+use super::{Run, lock};
 use crate::claim::Outcome;
 use crate::connect::PooledConn;
-use crate::job::{JobId, Status};
+use crate::job::JobId;
 
-/// One finished job, from an executor.
-pub(crate) struct Finished {
+/// A job to put back in the queue after `delay`, logging `queued` with the reason.
+pub(crate) struct Retry {
     pub(crate) id: JobId,
-    pub(crate) end: End,
+    pub(crate) delay: Duration,
+    pub(crate) traceback: serde_json::Value,
 }
 
-/// How a job ended.
-pub(crate) enum End {
-    /// Delete (or hold, for `Failed`) the row and log the status.
-    Done {
-        status: Status,
-        traceback: Option<serde_json::Value>,
-    },
-    /// Put the row back in the queue after `delay`, logging `queued` with the reason.
-    Retry {
-        delay: Duration,
-        traceback: serde_json::Value,
-    },
+/// Outcomes not yet written.
+#[derive(Default)]
+pub(crate) struct Unwritten {
+    /// Deletes (or holds, for `Failed`) with their log rows.
+    pub(crate) ends: Vec<Outcome>,
+    /// Written by the completer only, at once.
+    pub(crate) retries: Vec<Retry>,
 }
 
 /// Most outcomes written by one statement.
 const MAX_BATCH: usize = 500;
 
-/// Longest wait for more outcomes before a batch is written.
+/// How long the completer waits for more outcomes after the first before writing: one
+/// statement and one commit for all that finish meanwhile. Each completion takes
+/// PostgreSQL's NOTIFY lock through its commit, the same lock every enqueue needs, so
+/// fewer and larger completions leave producers more room.
 const LINGER: Duration = Duration::from_millis(5);
 
-/// Outcomes arriving within this long of the previous write mean jobs are finishing
-/// steadily: the next batch then lingers even when no handler is running right now.
-const STEADY: Duration = Duration::from_millis(20);
+/// [`LINGER`] when seats are scarce: a finished job holds its seat until its row is
+/// written, and the claim that would take it along may not come soon.
+const SCARCE_LINGER: Duration = Duration::from_millis(1);
 
-/// Runs until every executor has exited (the channel disconnects) and everything
-/// received is written.
-///
-/// Whatever else is already waiting joins a batch. While handlers are still running, or
-/// while jobs finish steadily, outcomes are awaited for up to [`LINGER`] so that one
-/// statement (and one commit) ends many jobs: each completion takes PostgreSQL's NOTIFY
-/// lock through its commit, the same lock every enqueue needs, so fewer and larger
-/// completions leave producers more room. A lone job after a quiet spell is written at
-/// once, and so is every batch when seats are scarce (a concurrency limit no larger than
-/// the worker's thread count): a finished job holds its seat until its row is written.
-/// Then a claimer is also woken after each write, as the seats are free now, before the
-/// NOTIFY of the deletion comes round through the listener.
-pub(crate) fn run(run: &Run, outcomes: &Receiver<Finished>, wake: &Sender<()>) {
-    let mut conn: Option<PooledConn> = None;
-    let mut last_write: Option<Instant> = None;
-    let may_linger = !run.inner.seats_scarce;
-    while let Ok(first) = outcomes.recv() {
-        let steady = last_write.is_some_and(|at| at.elapsed() < STEADY);
-        let mut batch = vec![first];
-        let deadline = Instant::now() + LINGER;
-        let mut lingered = false;
-        while batch.len() < MAX_BATCH {
-            match outcomes.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => {
-                    if lingered
-                        || !may_linger
-                        || (!steady && run.executing.load(Ordering::SeqCst) == 0)
-                    {
-                        break;
-                    }
-                    // One sleep for the whole wait, then take what arrived: waiting on
-                    // the channel would wake this thread once per finished job.
-                    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
-                    lingered = true;
-                }
+impl Run {
+    /// Queues an end for the next claim (or the completer), and tells the completer.
+    pub(crate) fn finished(&self, outcome: Outcome, signal: &Sender<()>) {
+        lock(&self.unwritten).ends.push(outcome);
+        let _ = signal.try_send(());
+    }
+
+    /// Queues a retry for the completer, which writes it at once.
+    pub(crate) fn retry_later(&self, retry: Retry, signal: &Sender<()>) {
+        lock(&self.unwritten).retries.push(retry);
+        let _ = signal.try_send(());
+    }
+
+    /// Takes up to a batch of unwritten ends, for a claim to take along.
+    pub(crate) fn take_ends(&self) -> Vec<Outcome> {
+        let mut unwritten = lock(&self.unwritten);
+        let n = unwritten.ends.len().min(MAX_BATCH);
+        unwritten.ends.drain(..n).collect()
+    }
+
+    /// After a claim that took `ends` along: the ids in `written` are no longer held;
+    /// the others go back for the completer, which retries rows that were locked.
+    pub(crate) fn ends_written(&self, ends: Vec<Outcome>, written: &[JobId], signal: &Sender<()>) {
+        let (done, rest): (Vec<Outcome>, Vec<Outcome>) =
+            ends.into_iter().partition(|o| written.contains(&o.id));
+        if !done.is_empty() {
+            let mut running = self.running();
+            for o in &done {
+                running.remove(&o.id);
             }
         }
-        write(run, &mut conn, &batch);
-        last_write = Some(Instant::now());
-        if !may_linger {
-            let _ = wake.try_send(());
+        if !rest.is_empty() {
+            lock(&self.unwritten).ends.extend(rest);
+            let _ = signal.try_send(());
+        }
+    }
+
+    /// True when ends are waiting for a claim to take them along.
+    pub(crate) fn ends_waiting(&self) -> bool {
+        !lock(&self.unwritten).ends.is_empty()
+    }
+}
+
+/// Runs until every executor has exited (the signal disconnects) and everything left is
+/// written.
+///
+/// Each signal is answered after [`LINGER`]: whatever no claim took meanwhile is written
+/// in one statement. When seats are scarce a claimer is also woken after each write, as
+/// seats are free now, before the NOTIFY of the deletion comes round.
+pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<()>) {
+    let mut conn: Option<PooledConn> = None;
+    let scarce = run.inner.seats_scarce;
+    let linger = if scarce { SCARCE_LINGER } else { LINGER };
+    loop {
+        let open = signal.recv().is_ok();
+        if open {
+            // One sleep for the whole wait: waking per finished job would cost more than
+            // the write.
+            std::thread::sleep(linger);
+        }
+        loop {
+            let (ends, retries) = {
+                let mut unwritten = lock(&run.unwritten);
+                let n = unwritten.ends.len().min(MAX_BATCH);
+                let ends: Vec<Outcome> = unwritten.ends.drain(..n).collect();
+                (ends, std::mem::take(&mut unwritten.retries))
+            };
+            if ends.is_empty() && retries.is_empty() {
+                break;
+            }
+            write(run, &mut conn, &ends, &retries);
+            if scarce {
+                let _ = wake.try_send(());
+            }
+        }
+        if !open {
+            return;
         }
     }
 }
 
-/// Writes a batch (ends in one statement, then each retry), retrying with backoff while
-/// the database is unreachable. Outcomes are never dropped while the worker runs; after
+/// Writes ends in one statement, then each retry, retrying with backoff while the
+/// database is unreachable. Outcomes are never dropped while the worker runs; after
 /// shutdown it gives up after a bounded time (the rows then go stale and are re-picked:
 /// at-least-once).
-fn write(run: &Run, conn: &mut Option<PooledConn>, batch: &[Finished]) {
-    let ends: Vec<Outcome> = batch
-        .iter()
-        .filter_map(|f| match &f.end {
-            End::Done { status, traceback } => Some(Outcome {
-                id: f.id,
-                status: *status,
-                traceback: traceback.clone(),
-            }),
-            End::Retry { .. } => None,
-        })
-        .collect();
+fn write(run: &Run, conn: &mut Option<PooledConn>, ends: &[Outcome], retries: &[Retry]) {
     if !ends.is_empty() {
         let written = persist(run, conn, "outcomes", |claimer, c| {
-            claimer.complete(c, &ends)
+            claimer.complete(c, ends)
         });
         if let Some(written) = written {
             log::trace!("completed {} jobs in one statement", ends.len());
@@ -118,19 +149,21 @@ fn write(run: &Run, conn: &mut Option<PooledConn>, batch: &[Finished]) {
             }
         }
     }
-    for f in batch {
-        if let End::Retry { delay, traceback } = &f.end {
-            let owned = persist(run, conn, "a retry", |claimer, c| {
-                claimer.retry(c, f.id, *delay, traceback)
-            });
-            if owned == Some(false) {
-                log::warn!("job {} was no longer ours when its retry was written", f.id);
-            }
+    for r in retries {
+        let owned = persist(run, conn, "a retry", |claimer, c| {
+            claimer.retry(c, r.id, r.delay, &r.traceback)
+        });
+        if owned == Some(false) {
+            log::warn!("job {} was no longer ours when its retry was written", r.id);
         }
     }
     let mut running = run.running();
-    for f in batch {
-        running.remove(&f.id);
+    for id in ends
+        .iter()
+        .map(|o| o.id)
+        .chain(retries.iter().map(|r| r.id))
+    {
+        running.remove(&id);
     }
 }
 

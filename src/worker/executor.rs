@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::Run;
-use super::completer::{End, Finished};
+use super::completer::Retry;
 use super::entrypoint::{Context, JobError};
+use crate::claim::Outcome;
 use crate::connect::PooledConn;
 use crate::error::{Error, chain};
 use crate::events::{TimeStyle, format_time};
@@ -35,8 +36,8 @@ pub(crate) struct Channels {
     /// wakes no thread by itself.
     pub(crate) handoff_tx: Sender<Job>,
     pub(crate) handoff_rx: Receiver<Job>,
-    /// Outcomes for the completer.
-    pub(crate) outcome_tx: Sender<Finished>,
+    /// Tells the completer that outcomes wait in `Run::unwritten`.
+    pub(crate) outcome_tx: Sender<()>,
     /// Held while this executor lives (see `Worker::run_mode`).
     pub(crate) _alive: Sender<()>,
 }
@@ -78,7 +79,17 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
             continue;
         }
         run.changed.store(false, Ordering::SeqCst);
-        let claimed = connection(run, &mut slot).and_then(|c| run.inner.claimer.claim(c, take));
+        // When seats are scarce, finished jobs' ends ride along: one statement and one
+        // commit for both, and their seats are free to this claim (see `completer`).
+        let ends = if run.inner.seats_scarce {
+            run.take_ends()
+        } else {
+            Vec::new()
+        };
+        let claimed = connection(run, &mut slot)
+            .and_then(|c| run.inner.claimer.complete_and_claim(c, &ends, take));
+        let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
+        run.ends_written(ends, written, &ch.outcome_tx);
         let claim = match claimed {
             Ok(claim) => claim,
             Err(e) => {
@@ -119,9 +130,14 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
                 running.insert(job.id, Arc::new(AtomicBool::new(false)));
             }
         }
-        if n == take || claim.lost_race || run.changed.load(Ordering::SeqCst) {
+        if n == take
+            || claim.lost_race
+            || run.changed.load(Ordering::SeqCst)
+            || (run.inner.seats_scarce && run.ends_waiting())
+        {
             // A full or contended batch, or a change after its snapshot: more work is
-            // probably waiting for the next claimer.
+            // probably waiting for the next claimer. Or, when seats are scarce, jobs
+            // finished meanwhile, whose seats the next claim frees and takes.
             let _ = ch.wake_tx.try_send(());
         }
         let mut jobs = claim.jobs.into_iter();
@@ -256,8 +272,6 @@ pub(crate) fn drop_if_broken(conn: &mut Option<PooledConn>, e: &Error) {
     reason = "the job is consumed here: it ends with this call"
 )]
 fn execute(run: &Run, job: Job, ch: &Channels, rng: &mut Jitter) {
-    // Counts this job as executing until its outcome is handed to the completer.
-    let _executing = Executing::new(run);
     let inner = &run.inner;
     let Some(flag) = run.running().get(&job.id).cloned() else {
         log::warn!("job {} is not registered as running; skipping it", job.id);
@@ -270,7 +284,7 @@ fn execute(run: &Run, job: Job, ch: &Channels, rng: &mut Jitter) {
     };
     if flag.load(Ordering::SeqCst) {
         run.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-        finish(ch, job.id, Status::Canceled, None);
+        finish(run, ch, job.id, Status::Canceled, None);
         return;
     }
     let ctx = Context {
@@ -285,10 +299,10 @@ fn execute(run: &Run, job: Job, ch: &Channels, rng: &mut Jitter) {
         Ok(Ok(())) => {
             if flag.load(Ordering::SeqCst) {
                 run.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-                finish(ch, job.id, Status::Canceled, None);
+                finish(run, ch, job.id, Status::Canceled, None);
             } else {
                 run.counters.succeeded.fetch_add(1, Ordering::Relaxed);
-                finish(ch, job.id, Status::Successful, None);
+                finish(run, ch, job.id, Status::Successful, None);
             }
             return;
         }
@@ -325,7 +339,7 @@ fn execute(run: &Run, job: Job, ch: &Channels, rng: &mut Jitter) {
     };
     if flag.load(Ordering::SeqCst) {
         run.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-        finish(ch, job.id, Status::Canceled, None);
+        finish(run, ch, job.id, Status::Canceled, None);
         return;
     }
     if let Some(policy) = &entry.options.retry
@@ -362,23 +376,7 @@ fn execute(run: &Run, job: Job, ch: &Channels, rng: &mut Jitter) {
         super::OnFailure::Hold => Status::Failed,
     };
     let traceback = traceback_json(run, &job, &failure, None);
-    finish(ch, job.id, status, Some(traceback));
-}
-
-/// Marks one job as executing for as long as it lives (see `Run::executing`).
-struct Executing<'a>(&'a Run);
-
-impl<'a> Executing<'a> {
-    fn new(run: &'a Run) -> Self {
-        run.executing.fetch_add(1, Ordering::SeqCst);
-        Executing(run)
-    }
-}
-
-impl Drop for Executing<'_> {
-    fn drop(&mut self) {
-        self.0.executing.fetch_sub(1, Ordering::SeqCst);
-    }
+    finish(run, ch, job.id, status, Some(traceback));
 }
 
 /// A handler failure, described for the log's traceback record.
@@ -405,19 +403,21 @@ fn requeue(
     };
     let traceback = traceback_json(run, job, &failure, Some((delay, reason)));
     run.counters.retried.fetch_add(1, Ordering::Relaxed);
-    // Cannot fail while the completer lives, and it outlives every executor.
-    let _ = ch.outcome_tx.send(Finished {
+    let retry = Retry {
         id: job.id,
-        end: End::Retry { delay, traceback },
-    });
+        delay,
+        traceback,
+    };
+    run.retry_later(retry, &ch.outcome_tx);
 }
 
-fn finish(ch: &Channels, id: i64, status: Status, traceback: Option<serde_json::Value>) {
-    // Cannot fail while the completer lives, and it outlives every executor.
-    let _ = ch.outcome_tx.send(Finished {
+fn finish(run: &Run, ch: &Channels, id: i64, status: Status, traceback: Option<serde_json::Value>) {
+    let outcome = Outcome {
         id,
-        end: End::Done { status, traceback },
-    });
+        status,
+        traceback,
+    };
+    run.finished(outcome, &ch.outcome_tx);
 }
 
 /// PgQueuer's `TracebackRecord`: all six keys, which Python readers require.

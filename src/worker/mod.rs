@@ -242,8 +242,9 @@ pub(crate) struct Inner {
     /// Claim connections (1 or 2, as the pool allows).
     pub(crate) claimers: usize,
     /// Some entrypoint's concurrency limit is no larger than this worker's thread count,
-    /// so its seats, not the threads, bound how fast its jobs run: each finished job's
-    /// row is written at once and a claimer woken (see `completer::run`).
+    /// so its seats, not the threads, bound how fast its jobs run: claims take the ends
+    /// of finished jobs along and reuse their seats, and the completer writes what they
+    /// leave after a shorter wait and wakes a claimer (see `completer`).
     pub(crate) seats_scarce: bool,
     pub(crate) batch_size: usize,
     pub(crate) heartbeat_timeout: Duration,
@@ -292,8 +293,8 @@ pub(crate) struct Run {
     /// Drain mode: stop once nothing is queued for our entrypoints and nothing runs.
     pub(crate) drain: bool,
     /// Jobs claimed by this worker whose outcome is not yet written, with their cancel
-    /// flags. Executors insert at claim time; the completer (or an executor, after a
-    /// retry) removes once the row is no longer ours; the heartbeat thread refreshes
+    /// flags. Executors insert at claim time; the completer (or the claim that took the
+    /// job's end along) removes once the row is no longer ours; the heartbeat thread refreshes
     /// every id in it; the listener sets flags on `cancellation_event`.
     pub(crate) running: Mutex<HashMap<JobId, Arc<AtomicBool>>>,
     /// Idle executor threads not reserved by a claim in flight. An executor reserves up
@@ -313,9 +314,9 @@ pub(crate) struct Run {
     /// A wake token for handed-over jobs is on its way to an idle thread (see
     /// `executor::take_handed_over`).
     pub(crate) handoff_wake: AtomicBool,
-    /// Handlers running right now. The completer waits a moment for their outcomes
-    /// before writing a batch while this is above zero (one statement for several jobs).
-    pub(crate) executing: AtomicUsize,
+    /// Outcomes not yet written, for the completer (or, when seats are scarce, the next
+    /// claim) to write (see `completer`).
+    pub(crate) unwritten: Mutex<completer::Unwritten>,
     /// Counters for the summary.
     pub(crate) counters: Counters,
 }
@@ -465,12 +466,12 @@ impl Worker {
             claim_conns: (0..inner.claimers).map(|_| Mutex::new(None)).collect(),
             changed: AtomicBool::new(false),
             handoff_wake: AtomicBool::new(false),
-            executing: AtomicUsize::new(0),
+            unwritten: Mutex::new(completer::Unwritten::default()),
             counters: Counters::default(),
         };
         let (wake_tx, wake_rx) = crossbeam_channel::bounded::<()>(inner.threads);
         let (handoff_tx, handoff_rx) = crossbeam_channel::unbounded::<Job>();
-        let (outcome_tx, outcome_rx) = crossbeam_channel::unbounded::<completer::Finished>();
+        let (outcome_tx, outcome_rx) = crossbeam_channel::bounded::<()>(1);
         // Each executor holds a sender; when all have exited the receivers disconnect,
         // which tells the helper threads that no job can start or finish any more.
         let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);

@@ -107,6 +107,114 @@ fn limited_claims_take_the_lowest_free_seats() {
     assert_eq!((claim.jobs[0].id, claim.jobs[0].slot), (ids[3], Some(0)));
 }
 
+/// Ending claims and claiming in one statement: the seats of the ended rows (deleted, or
+/// held as `failed`) go to this very claim, outcomes of rows not owned are skipped, and
+/// a bad status changes nothing.
+#[test]
+fn ending_and_claiming_in_one_statement_reuses_the_freed_seats() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let ids = insert_jobs(&mut client, "pdf", 0, 6);
+    let pool = db.pool(1);
+    let claimer = Claimer::builder().entrypoint("pdf", 3).build().unwrap();
+    let mut conn = pool.get().unwrap();
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    assert_eq!(
+        claim.jobs.iter().map(|j| j.slot).collect::<Vec<_>>(),
+        [Some(0), Some(1), Some(2)]
+    );
+
+    let bad = [Outcome {
+        id: ids[1],
+        status: Status::Picked,
+        traceback: None,
+    }];
+    let err = claimer.complete_and_claim(&mut conn, &bad, 10).unwrap_err();
+    assert!(err.to_string().contains("picked"), "{err}");
+    assert_eq!(
+        scalar(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
+        ),
+        3,
+        "a rejected call changes nothing"
+    );
+
+    // Seat 1's job succeeded and seat 2's failed (held); an id never claimed is skipped.
+    let outcomes = [
+        success([ids[1]]).remove(0),
+        Outcome {
+            id: ids[2],
+            status: Status::Failed,
+            traceback: Some(serde_json::json!({"exception_type": "X"})),
+        },
+        success([ids[5]]).remove(0),
+    ];
+    let claim = claimer
+        .complete_and_claim(&mut conn, &outcomes, 10)
+        .unwrap();
+    let mut ended = claim.ended.clone();
+    ended.sort_unstable();
+    assert_eq!(ended, [ids[1], ids[2]]);
+    let taken: Vec<(i64, Option<i64>)> = claim.jobs.iter().map(|j| (j.id, j.slot)).collect();
+    assert_eq!(taken, [(ids[3], Some(1)), (ids[4], Some(2))]);
+    assert_eq!(
+        scalar(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
+        ),
+        3
+    );
+    assert_eq!(
+        scalar(
+            &mut client,
+            &format!(
+                "SELECT count(*) FROM pgqueuer WHERE id = {} AND status = 'failed'",
+                ids[2]
+            )
+        ),
+        1,
+        "a failed job is held"
+    );
+    let logged: Vec<(i64, String)> = client
+        .query(
+            "SELECT job_id, status::text FROM pgqueuer_log WHERE status IN ('successful', 'failed') ORDER BY job_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        logged,
+        [
+            (ids[1], "successful".to_owned()),
+            (ids[2], "failed".to_owned())
+        ]
+    );
+    // With nothing left to claim, the outcomes are still written.
+    let claim = claimer
+        .complete_and_claim(&mut conn, &success([ids[0], ids[3]]), 10)
+        .unwrap();
+    assert!(claim.jobs.iter().all(|j| j.id == ids[5]));
+    let mut ended = claim.ended;
+    ended.sort_unstable();
+    assert_eq!(ended, [ids[0], ids[3]]);
+    // And the unlimited shape does the same.
+    let free = Claimer::builder().entrypoint("free", 0).build().unwrap();
+    let more = insert_jobs(&mut client, "free", 0, 2);
+    let first = free.claim(&mut conn, 1).unwrap();
+    assert_eq!(first.jobs[0].id, more[0]);
+    let next = free
+        .complete_and_claim(&mut conn, &success([more[0]]), 5)
+        .unwrap();
+    assert_eq!(next.ended, [more[0]]);
+    assert_eq!(
+        next.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [more[1]]
+    );
+}
+
 /// Worker A claims the last seat inside an open transaction; B sees nothing until A
 /// rolls back, and nothing after A commits.
 #[test]
@@ -429,7 +537,8 @@ impl Rng {
 
 /// 8 threads, each with its own connection, claim and complete 20,000 jobs over limits
 /// 1, 3, 7 and unlimited while a producer injects more; running handlers per entrypoint
-/// never exceed the limit and every job completes exactly once.
+/// never exceed the limit and every job completes exactly once. Half of the threads end
+/// their jobs in the statement of their next claim, which reuses the freed seats.
 #[test]
 fn stress_limits_hold_and_every_job_runs_once() {
     const THREADS: usize = 8;
@@ -506,8 +615,27 @@ fn stress_limits_hold_and_every_job_runs_once() {
                 }
                 let claimer = builder.build().unwrap();
                 let mut conn = pool.get().unwrap();
+                // Odd threads end their jobs in their next claim's statement.
+                let folding = t % 2 == 1;
+                let mut unwritten: Vec<i64> = Vec::new();
                 loop {
-                    let claim = claimer.claim(&mut conn, 1 + t % 4).unwrap();
+                    let claim = claimer
+                        .complete_and_claim(&mut conn, &success(unwritten.clone()), 1 + t % 4)
+                        .unwrap();
+                    if !unwritten.is_empty() {
+                        // Rows a concurrent claim held locked are ended on their own.
+                        let rest: Vec<i64> = unwritten
+                            .iter()
+                            .copied()
+                            .filter(|id| !claim.ended.contains(id))
+                            .collect();
+                        let logged = claimer.complete(&mut conn, &success(rest.clone())).unwrap();
+                        assert_eq!(logged.len(), rest.len(), "a claimed job was no longer ours");
+                        let mut done = completed.lock().unwrap();
+                        done.extend(&claim.ended);
+                        done.extend(logged);
+                        unwritten.clear();
+                    }
                     if claim.jobs.is_empty() {
                         let done = completed.lock().unwrap().len();
                         if !producing.load(Ordering::SeqCst)
@@ -539,6 +667,10 @@ fn stress_limits_hold_and_every_job_runs_once() {
                         std::thread::sleep(Duration::from_micros(300));
                         now.fetch_sub(1, Ordering::SeqCst);
                         finished.push(job.id);
+                    }
+                    if folding {
+                        unwritten = finished;
+                        continue;
                     }
                     let logged = claimer
                         .complete(&mut conn, &success(finished.clone()))
