@@ -52,10 +52,12 @@ print("|---|---:|---:|---:|")
 for label, rust_shape, py_shape in [
     ("flow, PgQueuer's shape (1 producer x10)", "flow pgqueuer", "flow pgqueuer"),
     ("flow, rust 64 threads + 2 producers x100 vs PgQueuer's shape", "flow 64 threads", "flow pgqueuer"),
-    ("drain (rust 64 threads x64, python 5 consumers x10)", "drain", "drain"),
+    ("drain (rust 64 threads x64, python 5 consumers x10)", "drain 64", "drain"),
+    ("drain (rust 128 threads x128, python 5 consumers x10)", "drain 128", "drain"),
 ]:
-    if rust_shape == "drain":
-        xs = [x["value"] for x in rows if x["impl"] == "rust" and x["shape"].startswith("drain") and "64 thr" in x["shape"]]
+    if rust_shape.startswith("drain"):
+        tag = rust_shape.split()[1] + " thr"
+        xs = [x["value"] for x in rows if x["impl"] == "rust" and x["shape"].startswith("drain") and tag in x["shape"]]
         r = statistics.median(xs) if xs else float("nan")
     else:
         r = med("rust", rust_shape)

@@ -183,11 +183,18 @@ fn flow(
             });
         }
         std::thread::sleep(Duration::from_secs(2));
+        let commits0 = db_commits(&pool);
         let (c0, t0, cpu0) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
         std::thread::sleep(window);
         let (c1, t1, cpu1) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
+        let commits = db_commits(&pool) - commits0;
         stop.store(true, Ordering::Relaxed);
         report_cpu("flow", cpu0, cpu1, c1 - c0);
+        // Statistics reach pg_stat_database about once a second: roughly the window's.
+        eprintln!(
+            "    flow: {:.3} commits per job",
+            commits as f64 / (c1 - c0).max(1) as f64
+        );
         (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
     });
     running.join().unwrap();
@@ -404,7 +411,7 @@ fn main() {
         }
     }
     if wants("drain") {
-        let mut drains = vec![(4, 10), (16, 50), (64, 64)];
+        let mut drains = vec![(4, 10), (16, 50), (64, 64), (128, 128)];
         if let Ok(threads) = std::env::var("PGQ_BENCH_DRAIN_THREADS") {
             // One drain shape only: that many threads, batch of the same size.
             let threads: usize = threads

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::executor::drop_if_broken;
+use super::executor::{Wake, drop_if_broken};
 use super::{Run, lock};
 use crate::claim::Outcome;
 use crate::connect::PooledConn;
@@ -98,7 +98,7 @@ impl Run {
 /// Each signal is answered after [`LINGER`]: whatever no claim took meanwhile is written
 /// in one statement. When seats are scarce a claimer is also woken after each write, as
 /// seats are free now, before the NOTIFY of the deletion comes round.
-pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<()>) {
+pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<Wake>) {
     let mut conn: Option<PooledConn> = None;
     let scarce = run.inner.seats_scarce;
     let linger = if scarce { SCARCE_LINGER } else { LINGER };
@@ -109,20 +109,23 @@ pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<()>) {
             // the write.
             std::thread::sleep(linger);
         }
-        loop {
-            let (ends, retries) = {
-                let mut unwritten = lock(&run.unwritten);
-                let n = unwritten.ends.len().min(MAX_BATCH);
-                let ends: Vec<Outcome> = unwritten.ends.drain(..n).collect();
-                (ends, std::mem::take(&mut unwritten.retries))
-            };
-            if ends.is_empty() && retries.is_empty() {
-                break;
-            }
-            write(run, &mut conn, &ends, &retries);
-            if scarce {
-                let _ = wake.try_send(());
-            }
+        // Everything waiting now, and nothing that comes during the writes: that is the
+        // next signal's, after its own wait.
+        let (ends, retries) = {
+            let mut unwritten = lock(&run.unwritten);
+            (
+                std::mem::take(&mut unwritten.ends),
+                std::mem::take(&mut unwritten.retries),
+            )
+        };
+        for (i, chunk) in ends.chunks(MAX_BATCH).enumerate() {
+            write(run, &mut conn, chunk, if i == 0 { &retries } else { &[] });
+        }
+        if ends.is_empty() && !retries.is_empty() {
+            write(run, &mut conn, &[], &retries);
+        }
+        if scarce && !(ends.is_empty() && retries.is_empty()) {
+            let _ = wake.try_send(Wake::Claim);
         }
         if !open {
             return;

@@ -3,7 +3,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, TryLockError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, select};
 
@@ -25,13 +25,23 @@ const MIN_POLL: Duration = Duration::from_millis(100);
 /// concurrency seats) stay held until written, so claiming on would only grow the debt.
 const UNWRITTEN_LIMIT: usize = 500;
 
+/// Why an idle executor is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// There may be something to claim: a table change, a full or contended batch, or
+    /// seats freed.
+    Claim,
+    /// Jobs were handed over (see `take_handed_over`).
+    HandOff,
+}
+
 /// The channels one executor uses.
 pub(crate) struct Channels {
     /// Wake tokens: from the listener on table changes, from executors that claimed a
     /// full batch (more work is likely waiting), and for handed-over jobs (one idle thread
     /// at a time, see `take_handed_over`).
-    pub(crate) wake_tx: Sender<()>,
-    pub(crate) wake_rx: Receiver<()>,
+    pub(crate) wake_tx: Sender<Wake>,
+    pub(crate) wake_rx: Receiver<Wake>,
     /// Jobs claimed by one executor for other, idle ones. Nobody blocks on it: a send
     /// wakes no thread by itself.
     pub(crate) handoff_tx: Sender<Job>,
@@ -58,6 +68,12 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         if run.running().len() >= run.inner.threads + UNWRITTEN_LIMIT {
             // The completer is behind: claim no more until it has written what ran.
             wait(run, ch, Duration::from_millis(2), &mut rng);
+            continue;
+        }
+        if let Some(left) = run.quiet_for() {
+            // A claim just found nothing for us and nothing has changed since: another
+            // would only cost the server a query. Wait for a change or the next due job.
+            wait(run, ch, left, &mut rng);
             continue;
         }
         // One claim at a time per claim connection: the claimer claims for every idle
@@ -105,6 +121,14 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         backoff = Duration::from_millis(50);
         let n = claim.jobs.len();
         run.release(take - n);
+        if n > 0 {
+            // A partial batch took everything due as of its snapshot (unless seats were
+            // what it lacked): until something changes, another claim would find nothing
+            // (deferred jobs are looked for again after the shortest idle wait, as after
+            // an empty claim).
+            let drained = n < take && !claim.lost_race && !run.inner.claimer.is_capacity_gated();
+            run.set_quiet(if drained { MIN_POLL } else { Duration::ZERO });
+        }
         if n == 0 {
             log::trace!("empty claim (lost race: {})", claim.lost_race);
             if claim.lost_race {
@@ -138,7 +162,7 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
             // A full or contended batch, or a change after its snapshot: more work is
             // probably waiting for the next claimer. Or, when seats are scarce, jobs
             // finished meanwhile, whose seats the next claim frees and takes.
-            let _ = ch.wake_tx.try_send(());
+            let _ = ch.wake_tx.try_send(Wake::Claim);
         }
         let mut jobs = claim.jobs.into_iter();
         let first = jobs.next();
@@ -186,6 +210,7 @@ fn idle(run: &Run, ch: &Channels, next_due: Option<Duration>, rng: &mut Jitter) 
         }
         // Jobs are still running or being written: look again soon, not after the
         // whole dequeue timeout.
+        run.set_quiet(MIN_POLL);
         wait(run, ch, MIN_POLL, rng);
         return;
     }
@@ -193,6 +218,9 @@ fn idle(run: &Run, ch: &Channels, next_due: Option<Duration>, rng: &mut Jitter) 
         Some(due) => due.clamp(MIN_POLL, run.inner.dequeue_timeout),
         None => run.inner.dequeue_timeout,
     };
+    // Until then no thread claims unless the listener reports a change: threads coming
+    // back from their jobs would otherwise each run a claim that finds nothing.
+    run.set_quiet(timeout);
     wait(run, ch, timeout, rng);
 }
 
@@ -219,23 +247,31 @@ fn take_handed_over(run: &Run, ch: &Channels) -> Option<Job> {
 /// wakes a thread).
 fn wake_for_handed_over(run: &Run, ch: &Channels) {
     if !run.handoff_wake.swap(true, Ordering::SeqCst) {
-        let _ = ch.wake_tx.try_send(());
+        let _ = ch.wake_tx.try_send(Wake::HandOff);
     }
 }
 
-/// Sleeps until a wake-up (handed-over jobs or table changes), shutdown or `timeout`,
-/// then runs a handed-over job if one is waiting.
+/// Sleeps until a wake-up, shutdown or `timeout`. A thread woken for handed-over jobs
+/// runs one; if other threads took them all first it sleeps on rather than claim (only a
+/// [`Wake::Claim`] says there may be something to claim).
 fn wait(run: &Run, ch: &Channels, timeout: Duration, rng: &mut Jitter) {
-    select! {
-        recv(ch.wake_rx) -> _ => {
-            run.handoff_wake.store(false, Ordering::SeqCst);
-            if let Some(job) = take_handed_over(run, ch) {
-                execute(run, job, ch, rng);
-                run.release(1);
+    let deadline = Instant::now() + timeout;
+    loop {
+        select! {
+            recv(ch.wake_rx) -> wake => {
+                if !matches!(wake, Ok(Wake::HandOff)) {
+                    return;
+                }
+                run.handoff_wake.store(false, Ordering::SeqCst);
+                if let Some(job) = take_handed_over(run, ch) {
+                    execute(run, job, ch, rng);
+                    run.release(1);
+                    return;
+                }
             }
+            recv(run.shutdown.receiver()) -> _ => return,
+            default(deadline.saturating_duration_since(Instant::now())) => return,
         }
-        recv(run.shutdown.receiver()) -> _ => {}
-        default(timeout) => {}
     }
 }
 

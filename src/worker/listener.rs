@@ -8,6 +8,7 @@ use fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 
 use super::Run;
+use super::executor::Wake;
 use crate::error::chain;
 use crate::events::{Event, HealthCheck, Operation};
 use crate::sql;
@@ -20,7 +21,7 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs until every executor has exited (`alive` disconnects).
-pub(crate) fn run(run: &Run, wake: &Sender<()>, alive: &Receiver<()>) {
+pub(crate) fn run(run: &Run, wake: &Sender<Wake>, alive: &Receiver<()>) {
     let finished = || matches!(alive.try_recv(), Err(TryRecvError::Disconnected));
     let mut backoff = Duration::from_millis(50);
     while !finished() {
@@ -40,7 +41,7 @@ pub(crate) fn run(run: &Run, wake: &Sender<()>, alive: &Receiver<()>) {
         // Notifications sent while no LISTEN was active are lost: every idle thread looks.
         run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
         for _ in 0..run.inner.threads {
-            let _ = wake.try_send(());
+            let _ = wake.try_send(Wake::Claim);
         }
         log::debug!(
             "pgqueuer listener connected on channel {}",
@@ -63,7 +64,12 @@ fn connect(run: &Run) -> Result<Client, postgres::Error> {
 }
 
 /// Acts on one notification payload.
-fn handle(run: &Run, wake: &Sender<()>, payload: &str, probe: &mut Option<(uuid::Uuid, Instant)>) {
+fn handle(
+    run: &Run,
+    wake: &Sender<Wake>,
+    payload: &str,
+    probe: &mut Option<(uuid::Uuid, Instant)>,
+) {
     match Event::parse(payload) {
         Ok(Event::TableChanged(change)) => {
             // New or requeued jobs always matter. A delete can only matter by freeing a
@@ -76,7 +82,7 @@ fn handle(run: &Run, wake: &Sender<()>, payload: &str, probe: &mut Option<(uuid:
             };
             if relevant {
                 run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
-                let _ = wake.try_send(());
+                let _ = wake.try_send(Wake::Claim);
             }
         }
         Ok(Event::Cancellation(c)) => {
@@ -103,7 +109,7 @@ fn handle(run: &Run, wake: &Sender<()>, payload: &str, probe: &mut Option<(uuid:
 fn listen(
     run: &Run,
     client: &mut Client,
-    wake: &Sender<()>,
+    wake: &Sender<Wake>,
     finished: &dyn Fn() -> bool,
 ) -> Result<(), String> {
     let channel = run.inner.settings.channel.clone();

@@ -311,6 +311,11 @@ pub(crate) struct Run {
     /// Set by the listener on every table change; the claimer clears it before claiming
     /// and claims again if it was set meanwhile (the change may postdate its snapshot).
     pub(crate) changed: AtomicBool,
+    /// Until when (microseconds since `epoch`) no claim is worth running unless `changed`
+    /// is set: the last claim found nothing due for this worker (see `Run::quiet_for`).
+    pub(crate) quiet_until: AtomicU64,
+    /// The start of the run, for `quiet_until`.
+    pub(crate) epoch: Instant,
     /// A wake token for handed-over jobs is on its way to an idle thread (see
     /// `executor::take_handed_over`).
     pub(crate) handoff_wake: AtomicBool,
@@ -346,6 +351,37 @@ impl Run {
     /// Returns reserved idle threads that got no job.
     pub(crate) fn release(&self, n: usize) {
         self.free.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// How long claiming stays pointless: `Some` while the last claim found nothing due
+    /// for this worker, nothing has changed since (the listener sets `changed` on every
+    /// insert or requeue, and on deletes when seats matter), no finished job's end waits
+    /// for a claim to take it along, and the wait it chose (the next deferred job, or the
+    /// polling interval) has not run out.
+    pub(crate) fn quiet_for(&self) -> Option<Duration> {
+        // When seats are scarce a claim also writes finished jobs' ends and reuses their
+        // seats: worth running whenever ends wait.
+        if self.changed.load(Ordering::SeqCst) || (self.inner.seats_scarce && self.ends_waiting()) {
+            return None;
+        }
+        let until = self.quiet_until.load(Ordering::SeqCst);
+        let now = self.micros_since_epoch();
+        (until > now).then(|| Duration::from_micros(until - now))
+    }
+
+    /// Claims are pointless for `d` from now, unless something changes (zero: claim).
+    pub(crate) fn set_quiet(&self, d: Duration) {
+        let d = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let until = if d == 0 {
+            0
+        } else {
+            self.micros_since_epoch().saturating_add(d)
+        };
+        self.quiet_until.store(until, Ordering::SeqCst);
+    }
+
+    fn micros_since_epoch(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, Arc<AtomicBool>>> {
@@ -466,10 +502,12 @@ impl Worker {
             claim_conns: (0..inner.claimers).map(|_| Mutex::new(None)).collect(),
             changed: AtomicBool::new(false),
             handoff_wake: AtomicBool::new(false),
+            quiet_until: AtomicU64::new(0),
+            epoch: Instant::now(),
             unwritten: Mutex::new(completer::Unwritten::default()),
             counters: Counters::default(),
         };
-        let (wake_tx, wake_rx) = crossbeam_channel::bounded::<()>(inner.threads);
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded::<executor::Wake>(inner.threads);
         let (handoff_tx, handoff_rx) = crossbeam_channel::unbounded::<Job>();
         let (outcome_tx, outcome_rx) = crossbeam_channel::bounded::<()>(1);
         // Each executor holds a sender; when all have exited the receivers disconnect,

@@ -140,7 +140,10 @@ fn a_scarce_seat_turns_over_in_one_commit() {
          (SELECT 1 FROM pgqueuer_log pick WHERE pick.status = 'picked' AND pick.xmin = done.xmin)",
     );
     eprintln!("{shared} of 60 ends committed with a claim");
-    assert!(shared >= 30, "only {shared} of 60 ends were committed with a claim");
+    assert!(
+        shared >= 30,
+        "only {shared} of 60 ends were committed with a claim"
+    );
 }
 
 /// A running worker with a 60 s dequeue timeout whose `entrypoint` handler sends the
