@@ -387,6 +387,27 @@ fn main() {
             ("flow 4 threads, batch 10", 4, 10, 1, 10),
             ("flow 16 threads, batch 50", 16, 50, 1, 100),
             (
+                "flow pgbench-like 4 producers x10, 32 thr x10",
+                32,
+                10,
+                4,
+                10,
+            ),
+            (
+                "flow pgbench-like 8 producers x10, 32 thr x10",
+                32,
+                10,
+                8,
+                10,
+            ),
+            (
+                "flow pgbench-like 8 producers x10, 64 thr x10",
+                64,
+                10,
+                8,
+                10,
+            ),
+            (
                 "flow 64 threads, batch 64, 2 producers x100",
                 64,
                 64,

@@ -1,8 +1,8 @@
 //! Outcomes of finished handlers, and the thread that writes them.
 //!
 //! A finished job's outcome waits in [`Unwritten`]. When seats are scarce (some
-//! concurrency limit is no larger than the worker's thread count), the next claim takes
-//! the ends (not the retries) along and writes them in its own statement and commit
+//! concurrency limit is no larger than the worker's thread count) and may be reused
+//! (`WorkerBuilder::reuse_seats`), the next claim takes the ends (not the retries) along and writes them in its own statement and commit
 //! ([`crate::Claimer::complete_and_claim`]): their seats are free to that very claim, so
 //! a seat turns over with one commit instead of two. Otherwise ends are left to the
 //! completer, which writes them on its own connection while claims run on theirs (taken

@@ -79,10 +79,18 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         // One claim at a time per claim connection: the claimer claims for every idle
         // thread not yet reserved, so this thread, if idle, gets a handed-over job from
         // it. With every claim connection busy, wait for a handed-over job or a wake-up.
-        let Some(mut slot) = run.claim_conns.iter().find_map(|m| match m.try_lock() {
-            Ok(slot) => Some(slot),
-            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+        let Some(mut slot) = run.claim_conns.iter().enumerate().find_map(|(i, m)| {
+            if i > 0 && !run.batch_bound.load(Ordering::SeqCst) {
+                // A second claim in flight only pays when the batch size, not the idle
+                // threads, is what bounds claims: it would otherwise split the idle
+                // threads between two smaller claims, each paying a commit.
+                return None;
+            }
+            match m.try_lock() {
+                Ok(slot) => Some(slot),
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            }
         }) else {
             wait(run, ch, run.inner.dequeue_timeout, &mut rng);
             continue;
@@ -95,9 +103,9 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
             continue;
         }
         run.changed.store(false, Ordering::SeqCst);
-        // When seats are scarce, finished jobs' ends ride along: one statement and one
-        // commit for both, and their seats are free to this claim (see `completer`).
-        let ends = if run.inner.seats_scarce {
+        // When seats are scarce (and may be reused), finished jobs' ends ride along: one
+        // statement and one commit for both, and their seats are free to this claim.
+        let ends = if run.inner.ends_ride_claims {
             run.take_ends()
         } else {
             Vec::new()
@@ -120,6 +128,8 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         };
         backoff = Duration::from_millis(50);
         let n = claim.jobs.len();
+        run.batch_bound
+            .store(n == take && take == run.inner.batch_size, Ordering::SeqCst);
         run.release(take - n);
         if n > 0 {
             // A partial batch took everything due as of its snapshot (unless seats were
@@ -157,7 +167,7 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         if n == take
             || claim.lost_race
             || run.changed.load(Ordering::SeqCst)
-            || (run.inner.seats_scarce && run.ends_waiting())
+            || (run.inner.ends_ride_claims && run.ends_waiting())
         {
             // A full or contended batch, or a change after its snapshot: more work is
             // probably waiting for the next claimer. Or, when seats are scarce, jobs

@@ -46,6 +46,7 @@ pub struct WorkerBuilder {
     dequeue_timeout: Duration,
     max_concurrent_tasks: Option<u32>,
     shutdown_deadline: Option<Duration>,
+    reuse_seats: bool,
     resources: Option<Arc<dyn Any + Send + Sync>>,
     registry: Registry,
     errors: Vec<Error>,
@@ -97,6 +98,22 @@ impl WorkerBuilder {
     #[must_use]
     pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
         self.shutdown_deadline = Some(deadline);
+        self
+    }
+
+    /// Whether a seat of a limited entrypoint goes straight to this worker's next job of
+    /// it when a job finishes, where the limit is no larger than the thread count (so
+    /// seats, not threads, bound the rate). Defaults to true: one statement and one
+    /// commit end the finished job and claim the next, with the freed seat
+    /// ([`crate::Claimer::complete_and_claim`]). The seat is then never free in between,
+    /// so while this worker has jobs of the entrypoint to run and threads to run them,
+    /// other workers (Python ones included) get none of its seats. With `false` the
+    /// finished job's row is written first and its seat is free to every worker, at the
+    /// price of a second commit per job (the limit-10 benchmark flow ran at about
+    /// two thirds of the rate).
+    #[must_use]
+    pub fn reuse_seats(mut self, reuse: bool) -> Self {
+        self.reuse_seats = reuse;
         self
     }
 
@@ -210,6 +227,7 @@ impl WorkerBuilder {
         let seats_scarce = limits.iter().any(|(_, limit)| {
             *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= self.threads)
         });
+        let ends_ride_claims = seats_scarce && self.reuse_seats;
         Ok(Worker {
             inner: Arc::new(Inner {
                 pool: self.pool,
@@ -220,6 +238,7 @@ impl WorkerBuilder {
                 threads: self.threads,
                 claimers,
                 seats_scarce,
+                ends_ride_claims,
                 batch_size: self.batch_size,
                 heartbeat_timeout: self.heartbeat_timeout,
                 dequeue_timeout: self.dequeue_timeout,
@@ -242,10 +261,12 @@ pub(crate) struct Inner {
     /// Claim connections (1 or 2, as the pool allows).
     pub(crate) claimers: usize,
     /// Some entrypoint's concurrency limit is no larger than this worker's thread count,
-    /// so its seats, not the threads, bound how fast its jobs run: claims take the ends
-    /// of finished jobs along and reuse their seats, and the completer writes what they
-    /// leave after a shorter wait and wakes a claimer (see `completer`).
+    /// so its seats, not the threads, bound how fast its jobs run: the completer writes
+    /// after a shorter wait and wakes a claimer (see `completer`).
     pub(crate) seats_scarce: bool,
+    /// Seats are scarce and may be reused ([`WorkerBuilder::reuse_seats`]): each claim
+    /// takes the ends of finished jobs along and hands their seats to new jobs.
+    pub(crate) ends_ride_claims: bool,
     pub(crate) batch_size: usize,
     pub(crate) heartbeat_timeout: Duration,
     pub(crate) dequeue_timeout: Duration,
@@ -303,8 +324,10 @@ pub(crate) struct Run {
     pub(crate) free: AtomicUsize,
     /// The connections claims run on, and the claim tokens: an executor holding one of
     /// these locks claims for every idle thread not yet reserved, in one statement.
-    /// Two claims can be in flight, so one runs while the other waits for its commit;
-    /// more would each take a sliver of the idle threads (and pay a commit each).
+    /// Two claims can be in flight, so one runs while the other waits for its commit,
+    /// but the second only while claims come back full batches (`batch_bound`): when
+    /// idle threads are what bounds a claim, two would split them and pay two commits
+    /// (the 64-thread drain made 0.045 commits per job that way, and 0.025 with one).
     /// Executors need no connection of their own, so a worker holds the same few pool
     /// connections whatever its thread count.
     pub(crate) claim_conns: Vec<Mutex<Option<PooledConn>>>,
@@ -319,6 +342,9 @@ pub(crate) struct Run {
     /// A wake token for handed-over jobs is on its way to an idle thread (see
     /// `executor::take_handed_over`).
     pub(crate) handoff_wake: AtomicBool,
+    /// The last claim took a full batch with idle threads to spare for it: claims are
+    /// bounded by the batch size, so a second claim connection is worth using.
+    pub(crate) batch_bound: AtomicBool,
     /// Outcomes not yet written, for the completer (or, when seats are scarce, the next
     /// claim) to write (see `completer`).
     pub(crate) unwritten: Mutex<completer::Unwritten>,
@@ -361,7 +387,9 @@ impl Run {
     pub(crate) fn quiet_for(&self) -> Option<Duration> {
         // When seats are scarce a claim also writes finished jobs' ends and reuses their
         // seats: worth running whenever ends wait.
-        if self.changed.load(Ordering::SeqCst) || (self.inner.seats_scarce && self.ends_waiting()) {
+        if self.changed.load(Ordering::SeqCst)
+            || (self.inner.ends_ride_claims && self.ends_waiting())
+        {
             return None;
         }
         let until = self.quiet_until.load(Ordering::SeqCst);
@@ -441,6 +469,7 @@ impl Worker {
             dequeue_timeout: Duration::from_secs(30),
             max_concurrent_tasks: None,
             shutdown_deadline: None,
+            reuse_seats: true,
             resources: None,
             registry: Registry::default(),
             errors: Vec::new(),
@@ -502,6 +531,7 @@ impl Worker {
             claim_conns: (0..inner.claimers).map(|_| Mutex::new(None)).collect(),
             changed: AtomicBool::new(false),
             handoff_wake: AtomicBool::new(false),
+            batch_bound: AtomicBool::new(false),
             quiet_until: AtomicU64::new(0),
             epoch: Instant::now(),
             unwritten: Mutex::new(completer::Unwritten::default()),

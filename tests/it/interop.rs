@@ -452,9 +452,12 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
         .into_iter()
         .map(|name| {
             let record = record.clone();
+            // Seats are released between jobs, so the Python workers get their share:
+            // reused seats would stay with whichever worker took them first.
             let worker = Worker::builder(db.pool(4))
                 .threads(2)
                 .batch_size(2)
+                .reuse_seats(false)
                 .entrypoint_with(
                     "shared",
                     EntrypointOptions::new().concurrency_limit(LIMIT),

@@ -106,44 +106,52 @@ fn sixteen_threads_run_every_job_once_within_limits() {
 /// Where seats are scarce (limit 1, two threads), a seat turns over in one commit: the
 /// claim that takes the next job also ends the previous one, so most `successful` log
 /// rows were written by the same transaction as a `picked` one, and the limit holds.
+/// With `reuse_seats(false)` every end is written on its own first.
 #[test]
-fn a_scarce_seat_turns_over_in_one_commit() {
-    let db = TestDb::new();
-    let pool = db.pool(4);
-    let queue = Queue::new(pool.clone());
-    let jobs: Vec<NewJob> = (0..60).map(|_| NewJob::new("one", Vec::new())).collect();
-    queue.enqueue_many(&jobs).unwrap();
-    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let worker = {
-        let (now, peak) = (now.clone(), peak.clone());
-        Worker::builder(pool)
-            .threads(2)
-            .entrypoint_with(
-                "one",
-                EntrypointOptions::new().concurrency_limit(1),
-                move |_job, _ctx| {
-                    peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(2));
-                    now.fetch_sub(1, Ordering::SeqCst);
-                    Ok(())
-                },
-            )
-            .build()
-            .unwrap()
-    };
-    assert_eq!(worker.run_until_empty().unwrap().succeeded, 60);
-    assert_eq!(peak.load(Ordering::SeqCst), 1);
-    let mut client = db.client();
-    let shared = scalar(
-        &mut client,
-        "SELECT count(*) FROM pgqueuer_log done WHERE done.status = 'successful' AND EXISTS \
-         (SELECT 1 FROM pgqueuer_log pick WHERE pick.status = 'picked' AND pick.xmin = done.xmin)",
-    );
-    eprintln!("{shared} of 60 ends committed with a claim");
-    assert!(
-        shared >= 30,
-        "only {shared} of 60 ends were committed with a claim"
-    );
+fn a_scarce_seat_turns_over_in_one_commit_unless_seats_are_released() {
+    for reuse in [true, false] {
+        let db = TestDb::new();
+        let pool = db.pool(4);
+        let queue = Queue::new(pool.clone());
+        let jobs: Vec<NewJob> = (0..60).map(|_| NewJob::new("one", Vec::new())).collect();
+        queue.enqueue_many(&jobs).unwrap();
+        let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let worker = {
+            let (now, peak) = (now.clone(), peak.clone());
+            Worker::builder(pool)
+                .threads(2)
+                .reuse_seats(reuse)
+                .entrypoint_with(
+                    "one",
+                    EntrypointOptions::new().concurrency_limit(1),
+                    move |_job, _ctx| {
+                        peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(2));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    },
+                )
+                .build()
+                .unwrap()
+        };
+        assert_eq!(worker.run_until_empty().unwrap().succeeded, 60);
+        assert_eq!(peak.load(Ordering::SeqCst), 1);
+        let mut client = db.client();
+        let shared = scalar(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_log done WHERE done.status = 'successful' AND EXISTS \
+             (SELECT 1 FROM pgqueuer_log pick WHERE pick.status = 'picked' AND pick.xmin = done.xmin)",
+        );
+        eprintln!("reuse_seats({reuse}): {shared} of 60 ends committed with a claim");
+        if reuse {
+            assert!(
+                shared >= 30,
+                "only {shared} of 60 ends were committed with a claim"
+            );
+        } else {
+            assert_eq!(shared, 0, "an end was committed with a claim");
+        }
+    }
 }
 
 /// A running worker with a 60 s dequeue timeout whose `entrypoint` handler sends the
