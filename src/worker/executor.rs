@@ -131,14 +131,6 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         run.batch_bound
             .store(n == take && take == run.inner.batch_size, Ordering::SeqCst);
         run.release(take - n);
-        if n > 0 {
-            // A partial batch took everything due as of its snapshot (unless seats were
-            // what it lacked): until something changes, another claim would find nothing
-            // (deferred jobs are looked for again after the shortest idle wait, as after
-            // an empty claim).
-            let drained = n < take && !claim.lost_race && !run.inner.claimer.is_capacity_gated();
-            run.set_quiet(if drained { MIN_POLL } else { Duration::ZERO });
-        }
         if n == 0 {
             log::trace!("empty claim (lost race: {})", claim.lost_race);
             if claim.lost_race {
@@ -158,6 +150,11 @@ pub(crate) fn run(run: &Run, index: usize, ch: &Channels) {
         }
         drop(slot);
         log::trace!("claimed {n} jobs ({take} threads reserved)");
+        // A partial batch took everything due as of its snapshot (unless seats were what
+        // it lacked): until something changes, another claim would find nothing (deferred
+        // jobs are looked for again after the shortest idle wait, as after an empty claim).
+        let drained = n < take && !claim.lost_race && !run.inner.claimer.is_capacity_gated();
+        run.set_quiet(if drained { MIN_POLL } else { Duration::ZERO });
         {
             let mut running = run.running();
             for job in &claim.jobs {
@@ -270,6 +267,9 @@ fn wait(run: &Run, ch: &Channels, timeout: Duration, rng: &mut Jitter) {
         select! {
             recv(ch.wake_rx) -> wake => {
                 if !matches!(wake, Ok(Wake::HandOff)) {
+                    // Whoever sent it knows something a quiet spell does not (a change,
+                    // freed seats, a listener that reconnected and may have missed some).
+                    run.set_quiet(Duration::ZERO);
                     return;
                 }
                 run.handoff_wake.store(false, Ordering::SeqCst);
