@@ -2,7 +2,8 @@
 //!
 //! A finished job's outcome waits in [`Unwritten`]. When seats are scarce (some
 //! concurrency limit is no larger than the worker's thread count) and may be reused
-//! (`WorkerBuilder::reuse_seats`), the next claim takes the ends (not the retries) along and writes them in its own statement and commit
+//! (`WorkerBuilder::reuse_seats`), the next claim takes the ends (not the retries) along
+//! and writes them in its own statement and commit
 //! ([`crate::Claimer::complete_and_claim`]): their seats are free to that very claim, so
 //! a seat turns over with one commit instead of two. Otherwise ends are left to the
 //! completer, which writes them on its own connection while claims run on theirs (taken
@@ -32,7 +33,7 @@ pub(crate) struct Retry {
 pub(crate) struct Unwritten {
     /// Deletes (or holds, for `Failed`) with their log rows.
     pub(crate) ends: Vec<Outcome>,
-    /// Written by the completer only, at once.
+    /// Written by the completer only, without waiting.
     pub(crate) retries: Vec<Retry>,
 }
 
@@ -45,8 +46,8 @@ const MAX_BATCH: usize = 500;
 /// fewer and larger completions leave producers more room.
 const LINGER: Duration = Duration::from_millis(5);
 
-/// [`LINGER`] when seats are scarce: a finished job holds its seat until its row is
-/// written, and the claim that would take it along may not come soon.
+/// [`LINGER`] when seats are scarce and not reused (`WorkerBuilder::reuse_seats`): a
+/// finished job holds its seat until its row is written.
 const SCARCE_LINGER: Duration = Duration::from_millis(1);
 
 impl Run {
@@ -95,18 +96,24 @@ impl Run {
 /// Runs until every executor has exited (the signal disconnects) and everything left is
 /// written.
 ///
-/// Each signal is answered after [`LINGER`]: whatever no claim took meanwhile is written
-/// in one statement. When seats are scarce a claimer is also woken after each write, as
+/// Each signal is answered after [`LINGER`] ([`SCARCE_LINGER`] when seats are scarce and
+/// not reused; at once when a retry waits): whatever no claim took meanwhile is written in one
+/// statement. When seats are scarce a claimer is also woken after each write, as
 /// seats are free now, before the NOTIFY of the deletion comes round.
 pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<Wake>) {
     let mut conn: Option<PooledConn> = None;
     let scarce = run.inner.seats_scarce;
-    let linger = if scarce { SCARCE_LINGER } else { LINGER };
+    // When claims take ends along, what is left here is what no claim took: no hurry.
+    let linger = if scarce && !run.inner.ends_ride_claims {
+        SCARCE_LINGER
+    } else {
+        LINGER
+    };
     loop {
         let open = signal.recv().is_ok();
-        if open {
+        if open && lock(&run.unwritten).retries.is_empty() {
             // One sleep for the whole wait: waking per finished job would cost more than
-            // the write.
+            // the write. A retry is written at once (its delay runs from its write).
             std::thread::sleep(linger);
         }
         // Everything waiting now, and nothing that comes during the writes: that is the
