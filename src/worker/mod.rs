@@ -315,8 +315,8 @@ pub(crate) struct Run {
     pub(crate) drain: bool,
     /// Jobs claimed by this worker whose outcome is not yet written, with their cancel
     /// flags. Executors insert at claim time; the completer (or the claim that took the
-    /// job's end along) removes once the row is no longer ours; the heartbeat thread refreshes
-    /// every id in it; the listener sets flags on `cancellation_event`.
+    /// job's end along) removes once the row is no longer ours; the heartbeat thread
+    /// refreshes every id in it; the listener sets flags on `cancellation_event`.
     pub(crate) running: Mutex<HashMap<JobId, Arc<AtomicBool>>>,
     /// Idle executor threads not reserved by a claim in flight. An executor reserves up
     /// to a batch of these before claiming, so a claim never takes more jobs than there
@@ -335,7 +335,8 @@ pub(crate) struct Run {
     /// and claims again if it was set meanwhile (the change may postdate its snapshot).
     pub(crate) changed: AtomicBool,
     /// Until when (microseconds since `epoch`) no claim is worth running unless `changed`
-    /// is set: the last claim found nothing due for this worker (see `Run::quiet_for`).
+    /// is set: the last claim found nothing more due for this worker (see
+    /// `Run::quiet_for`).
     pub(crate) quiet_until: AtomicU64,
     /// The start of the run, for `quiet_until`.
     pub(crate) epoch: Instant,
@@ -345,8 +346,8 @@ pub(crate) struct Run {
     /// The last claim took a full batch with idle threads to spare for it: claims are
     /// bounded by the batch size, so a second claim connection is worth using.
     pub(crate) batch_bound: AtomicBool,
-    /// Outcomes not yet written, for the completer (or, when seats are scarce, the next
-    /// claim) to write (see `completer`).
+    /// Outcomes not yet written, for the completer to write (or, when seats are scarce
+    /// and reused, the next claim: see `completer`).
     pub(crate) unwritten: Mutex<completer::Unwritten>,
     /// Counters for the summary.
     pub(crate) counters: Counters,
@@ -385,8 +386,8 @@ impl Run {
     /// for a claim to take it along, and the wait it chose (the next deferred job, or the
     /// polling interval) has not run out.
     pub(crate) fn quiet_for(&self) -> Option<Duration> {
-        // When seats are scarce a claim also writes finished jobs' ends and reuses their
-        // seats: worth running whenever ends wait.
+        // When claims take finished jobs' ends along and reuse their seats, a claim is
+        // worth running whenever ends wait.
         if self.changed.load(Ordering::SeqCst)
             || (self.inner.ends_ride_claims && self.ends_waiting())
         {
