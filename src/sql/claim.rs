@@ -423,6 +423,26 @@ mod tests {
     }
 
     #[test]
+    fn ending_shapes_bind_the_outcomes_after_the_other_parameters() {
+        let s = Settings::default();
+        for (gated, budget, first) in [
+            (false, false, 5),
+            (true, false, 6),
+            (false, true, 6),
+            (true, true, 7),
+        ] {
+            let sql = queue_claim(&s, gated, budget, true);
+            for (offset, ty) in [(0, "bigint[]"), (1, "text[]"), (2, "text[]")] {
+                let param = format!("${}::{ty}", first + offset);
+                assert!(sql.contains(&param), "{gated} {budget}: no {param}");
+            }
+            let next = format!("${}", first + 3);
+            assert!(!sql.contains(&next), "{gated} {budget}: binds {next}");
+            assert!(sql.contains("ended.ids AS ended"));
+        }
+    }
+
+    #[test]
     fn names_follow_settings() {
         let s = Settings::with_prefix("app_").schema("myq");
         let sql = queue_claim(&s, true, true, false);

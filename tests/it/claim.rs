@@ -200,6 +200,26 @@ fn ending_and_claiming_in_one_statement_reuses_the_freed_seats() {
     let mut ended = claim.ended;
     ended.sort_unstable();
     assert_eq!(ended, [ids[0], ids[3]]);
+    // With a per-worker budget the ended rows no longer count against it either.
+    let budgeted = Claimer::builder()
+        .entrypoint("b", 5)
+        .max_concurrent_tasks(2)
+        .build()
+        .unwrap();
+    let more = insert_jobs(&mut client, "b", 0, 3);
+    assert_eq!(
+        budgeted.claim(&mut conn, 10).unwrap().jobs.len(),
+        2,
+        "the budget"
+    );
+    let next = budgeted
+        .complete_and_claim(&mut conn, &success([more[0]]), 10)
+        .unwrap();
+    assert_eq!(next.ended, [more[0]]);
+    assert_eq!(
+        next.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [more[2]]
+    );
     // And the unlimited shape does the same.
     let free = Claimer::builder().entrypoint("free", 0).build().unwrap();
     let more = insert_jobs(&mut client, "free", 0, 2);
