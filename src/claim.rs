@@ -80,6 +80,18 @@ impl Ending {
                 .collect(),
         })
     }
+
+    /// The entries whose id is among `ids`, still aligned.
+    fn only(&self, ids: &[JobId]) -> Ending {
+        let keep: Vec<usize> = (0..self.ids.len())
+            .filter(|&i| ids.contains(&self.ids[i]))
+            .collect();
+        Ending {
+            ids: keep.iter().map(|&i| self.ids[i]).collect(),
+            statuses: keep.iter().map(|&i| self.statuses[i]).collect(),
+            tracebacks: keep.iter().map(|&i| self.tracebacks[i].clone()).collect(),
+        }
+    }
 }
 
 /// Statements shared by every claimer of the same settings.
@@ -396,16 +408,10 @@ impl Claimer {
     /// # Errors
     /// [`Error::InvalidInput`] for a non-terminal status; [`Error::Db`] otherwise.
     pub fn complete(&self, conn: &mut Conn, outcomes: &[Outcome]) -> Result<Vec<JobId>> {
-        Ending::new(outcomes)?;
-        let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
+        let all = Ending::new(outcomes)?;
         let statement = conn.prepare_cached(&self.statements.complete)?;
-        self.until_owned_done(conn, &ids, |conn, pending| {
-            let chosen: Vec<Outcome> = outcomes
-                .iter()
-                .filter(|o| pending.contains(&o.id))
-                .cloned()
-                .collect();
-            let e = Ending::new(&chosen).unwrap_or_else(|_| unreachable!("checked above"));
+        self.until_owned_done(conn, &all.ids, |conn, pending| {
+            let e = all.only(pending);
             conn.query(
                 &statement,
                 &[&e.ids, &e.statuses, &e.tracebacks, &self.worker_id],

@@ -125,10 +125,10 @@ pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<Wake>) {
                 std::mem::take(&mut unwritten.retries),
             )
         };
-        for (i, chunk) in ends.chunks(MAX_BATCH).enumerate() {
-            write(run, &mut conn, chunk, if i == 0 { &retries } else { &[] });
+        for chunk in ends.chunks(MAX_BATCH) {
+            write(run, &mut conn, chunk, &[]);
         }
-        if ends.is_empty() && !retries.is_empty() {
+        if !retries.is_empty() {
             write(run, &mut conn, &[], &retries);
         }
         if scarce && !(ends.is_empty() && retries.is_empty()) {
