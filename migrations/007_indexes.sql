@@ -54,21 +54,7 @@ BEGIN
             IF spec.name = '{{statistics_table_name}}_unique_count' THEN
                 -- Fold duplicate per-second buckets into the lowest id before the
                 -- unique index is built over them.
-                WITH ranked AS (
-                    SELECT id,
-                           FIRST_VALUE(id) OVER w AS keep_id,
-                           SUM(count) OVER (PARTITION BY priority,
-                               date_trunc('sec', timezone('UTC', created)), status, entrypoint) AS total
-                      FROM {{statistics_table}}
-                    WINDOW w AS (PARTITION BY priority,
-                               date_trunc('sec', timezone('UTC', created)), status, entrypoint
-                               ORDER BY id)
-                ), kept AS (
-                    UPDATE {{statistics_table}} s SET count = r.total
-                      FROM ranked r WHERE s.id = r.id AND r.id = r.keep_id AND s.count <> r.total
-                )
-                DELETE FROM {{statistics_table}} s USING ranked r
-                 WHERE s.id = r.id AND r.id <> r.keep_id;
+                {{statistics_fold}};
             END IF;
             EXECUTE format('CREATE %sINDEX %s ON %s %s',
                 CASE WHEN spec.is_unique THEN 'UNIQUE ' ELSE '' END, spec.name, spec.tbl, wanted);

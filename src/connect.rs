@@ -94,6 +94,12 @@ impl Conn {
         &self.config
     }
 
+    /// Where this connection goes, as `user@host:port/dbname` (no password), for
+    /// messages that must say which database they are about.
+    pub fn target(&self) -> String {
+        describe_target(&self.config)
+    }
+
     /// The underlying client.
     pub fn client(&mut self) -> &mut Client {
         &mut self.client
@@ -304,6 +310,7 @@ pub(crate) fn resolve_config(
     let mut config = if dsn.trim().is_empty() {
         config_from_libpq_env(env)?
     } else {
+        check_scheme(&dsn)?;
         dsn.parse::<Config>()
             .map_err(|e| Error::ConnectionConfig(format!("cannot parse the DSN: {}", chain(&e))))?
     };
@@ -333,6 +340,21 @@ pub(crate) fn resolve_config(
         .keepalives_retries(3)
         .tcp_user_timeout(Duration::from_secs(30));
     Ok(config)
+}
+
+/// A URL whose scheme is not PostgreSQL's is refused by name (the driver's own message
+/// for `mysql://...` is only "unexpected EOF").
+fn check_scheme(dsn: &str) -> Result<()> {
+    let Some((scheme, _)) = dsn.trim().split_once("://") else {
+        return Ok(()); // the key=value form
+    };
+    if scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql") {
+        return Ok(());
+    }
+    Err(Error::ConnectionConfig(format!(
+        "the DSN is a {scheme}:// URL; PgQueuer needs PostgreSQL: use a postgres:// or \
+         postgresql:// URL, or key=value pairs (host=... dbname=...)"
+    )))
 }
 
 fn config_from_libpq_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
@@ -408,6 +430,19 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         resolve_config(dsn, &move |k| map.get(k).cloned(), "test")
+    }
+
+    #[test]
+    fn a_foreign_url_scheme_is_named() {
+        let err = resolve("mysql://root@localhost/app", &[]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("mysql://") && text.contains("postgres://"),
+            "{text}"
+        );
+        assert!(resolve("postgresql://u@h/db", &[]).is_ok());
+        assert!(resolve("POSTGRES://u@h/db", &[]).is_ok());
+        assert!(resolve("host=h dbname=db", &[]).is_ok());
     }
 
     #[test]

@@ -9,9 +9,12 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::time::{
+    civil_from_days, days_from_civil, days_in_month, from_epoch_seconds, weekday_of,
+};
 
 /// A parsed cron expression: when a schedule fires, in UTC.
 ///
@@ -680,72 +683,11 @@ impl fmt::Debug for Cron {
     }
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let (month, day) = (i64::from(month), i64::from(day));
-    // Count years from March, so that the leap day ends a year.
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The date of a day counted from 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    // Both are small and positive by construction.
-    (
-        year,
-        u32::try_from(month).unwrap_or(1),
-        u32::try_from(day).unwrap_or(1),
-    )
-}
-
-fn is_leap(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// 0 = Sunday; 1970-01-01 was a Thursday.
-fn weekday_of(days: i64) -> u32 {
-    u32::try_from((days + 4).rem_euclid(7)).unwrap_or(0)
-}
-
-fn from_epoch_seconds(seconds: i64) -> SystemTime {
-    if seconds >= 0 {
-        UNIX_EPOCH + Duration::from_secs(seconds.unsigned_abs())
-    } else {
-        UNIX_EPOCH - Duration::from_secs(seconds.unsigned_abs())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value as Json;
+    use std::time::Duration;
 
     fn fixture() -> Json {
         serde_json::from_str(include_str!("../tests/fixtures/cron_cases.json"))
@@ -864,18 +806,6 @@ mod tests {
         assert_eq!(Cron::normalize("0 9 * * MON").unwrap(), "0 9 * * mon");
         assert_eq!(Cron::normalize(" */5\t* * * * ").unwrap(), "*/5 * * * *");
         assert_eq!("@hourly".parse::<Cron>().unwrap().to_string(), "0 * * * *");
-    }
-
-    #[test]
-    fn civil_dates_round_trip() {
-        for days in (-800_000..800_000).step_by(97) {
-            let (y, m, d) = civil_from_days(days);
-            assert!((1..=12).contains(&m) && d >= 1 && d <= days_in_month(y, m));
-            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
-        }
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
-        assert_eq!(weekday_of(19_782), 4); // a Thursday
     }
 
     #[test]

@@ -8,7 +8,12 @@ use std::fmt;
 /// `postgres::Error` displays only "db error"; every variant that wraps one prints the
 /// whole source chain instead (`db error: ERROR: relation "x" does not exist`), so a log
 /// line or a `main` that returns this error says what actually happened.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same message followed by the variant's name, because `Debug` is
+/// what a person reads when `main` returns the error or `unwrap` and `expect` panic on it:
+/// `the PgQueuer schema is missing or outdated: column pgqueuer.slot; run
+/// pgqueuer::upgrade() or `pgq upgrade` (Error::Schema)`. `{:#?}` shows the fields.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A connection could not be opened. `target` names the host, port, user and database
@@ -115,6 +120,73 @@ impl Error {
     }
 }
 
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return self.fields(f);
+        }
+        write!(f, "{self} (Error::{})", self.variant())
+    }
+}
+
+impl Error {
+    /// The variant's name, for `Debug`.
+    fn variant(&self) -> &'static str {
+        match self {
+            Error::Connect { .. } => "Connect",
+            Error::ConnectionConfig(_) => "ConnectionConfig",
+            Error::InvalidSetting { .. } => "InvalidSetting",
+            Error::InvalidInput { .. } => "InvalidInput",
+            Error::Pool(_) => "Pool",
+            Error::Db(_) => "Db",
+            Error::Schema { .. } => "Schema",
+            Error::DuplicateJob { .. } => "DuplicateJob",
+            Error::Timeout(_) => "Timeout",
+            Error::Unexpected(_) => "Unexpected",
+            Error::Worker(_) => "Worker",
+        }
+    }
+
+    /// The structured form, for `{:#?}`.
+    fn fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.variant();
+        match self {
+            Error::Connect { target, source } => f
+                .debug_struct(name)
+                .field("target", target)
+                .field("source", source)
+                .finish(),
+            Error::InvalidSetting {
+                setting,
+                value,
+                reason,
+            } => f
+                .debug_struct(name)
+                .field("setting", setting)
+                .field("value", value)
+                .field("reason", reason)
+                .finish(),
+            Error::InvalidInput { field, reason } => f
+                .debug_struct(name)
+                .field("field", field)
+                .field("reason", reason)
+                .finish(),
+            Error::Schema { missing } => f.debug_struct(name).field("missing", missing).finish(),
+            Error::DuplicateJob { keys, source } => f
+                .debug_struct(name)
+                .field("keys", keys)
+                .field("source", source)
+                .finish(),
+            Error::ConnectionConfig(s) | Error::Unexpected(s) | Error::Worker(s) => {
+                f.debug_tuple(name).field(s).finish()
+            }
+            Error::Pool(e) => f.debug_tuple(name).field(e).finish(),
+            Error::Db(e) => f.debug_tuple(name).field(e).finish(),
+            Error::Timeout(d) => f.debug_tuple(name).field(d).finish(),
+        }
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -177,6 +249,20 @@ mod tests {
             chain(&e).to_string(),
             "error connecting to server: Connection refused (os error 111)"
         );
+    }
+
+    #[test]
+    fn debug_reads_like_display_and_names_the_variant() {
+        let e = Error::Schema {
+            missing: vec!["column pgqueuer.slot".into()],
+        };
+        let debug = format!("{e:?}");
+        assert!(debug.starts_with(&e.to_string()), "{debug}");
+        assert!(debug.contains("upgrade"), "{debug}");
+        assert!(debug.ends_with("(Error::Schema)"), "{debug}");
+        let fields = format!("{e:#?}");
+        assert!(fields.starts_with("Schema {"), "{fields}");
+        assert!(fields.contains("column pgqueuer.slot"), "{fields}");
     }
 
     #[test]

@@ -22,12 +22,13 @@
 //! Timestamps are kept to the microsecond, PostgreSQL's and Python's precision, so a
 //! parsed event written again gives the same text.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::job::JobId;
+use crate::time::{TimeStyle, format_time, now_micros, parse_time};
 
 /// One notification payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,207 +350,10 @@ fn json_string(s: &str) -> String {
     Value::String(s.to_owned()).to_string()
 }
 
-/// The current time, truncated to the microsecond.
-fn now_micros() -> SystemTime {
-    let now = SystemTime::now();
-    match now.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => SystemTime::UNIX_EPOCH + Duration::new(d.as_secs(), d.subsec_micros() * 1000),
-        Err(_) => now,
-    }
-}
-
-/// `t` in UTC as Python's pydantic writes an aware datetime in JSON
-/// (`2026-11-29T19:18:23.097731Z`; no fraction when it is zero).
-pub(crate) fn python_time(t: SystemTime) -> String {
-    format_time(t, TimeStyle::Python)
-}
-
-/// How a timestamp is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TimeStyle {
-    /// PostgreSQL's JSON rendering of a timestamptz in a UTC session: fraction without
-    /// trailing zeros (none when zero), `+00:00`.
-    Postgres,
-    /// Python pydantic's: six fraction digits (none when zero), `Z`.
-    Python,
-}
-
-const SECS_PER_DAY: i64 = 86_400;
-
-/// Writes `t` (truncated to the microsecond) in UTC.
-pub(crate) fn format_time(t: SystemTime, style: TimeStyle) -> String {
-    let (secs, micros) = match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => (
-            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            d.subsec_micros(),
-        ),
-        Err(e) => {
-            // Before 1970: step back to the whole second at or before `t`.
-            let d = e.duration();
-            let whole = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            match d.subsec_micros() {
-                0 => (-whole, 0),
-                us => (-whole - 1, 1_000_000 - us),
-            }
-        }
-    };
-    let days = secs.div_euclid(SECS_PER_DAY);
-    let rem = secs.rem_euclid(SECS_PER_DAY);
-    let (year, month, day) = civil_from_days(days);
-    let mut out = format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    );
-    if micros != 0 {
-        let fraction = format!("{micros:06}");
-        out.push('.');
-        out.push_str(match style {
-            TimeStyle::Postgres => fraction.trim_end_matches('0'),
-            TimeStyle::Python => &fraction,
-        });
-    }
-    out.push_str(match style {
-        TimeStyle::Postgres => "+00:00",
-        TimeStyle::Python => "Z",
-    });
-    out
-}
-
-/// Parses an ISO-8601 timestamp that carries a UTC offset:
-/// `YYYY-MM-DD[T ]HH:MM:SS[.fraction](Z|±HH[:MM[:SS]]|±HHMM)`. A naive (offset-less)
-/// time is rejected, as Python's receivers reject it.
-fn parse_time(text: &str) -> Result<SystemTime, String> {
-    let b = text.as_bytes();
-    let digits = |range: std::ops::Range<usize>| -> Result<i64, String> {
-        let part = b.get(range).ok_or("too short")?;
-        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
-            return Err("expected digits".to_owned());
-        }
-        Ok(part.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
-    };
-    let expect = |at: usize, what: &[u8]| -> Result<(), String> {
-        match b.get(at) {
-            Some(c) if what.contains(c) => Ok(()),
-            _ => Err(format!("expected {:?} at byte {at}", what[0] as char)),
-        }
-    };
-    let year = digits(0..4)?;
-    expect(4, b"-")?;
-    let month = digits(5..7)?;
-    expect(7, b"-")?;
-    let day = digits(8..10)?;
-    expect(10, b"Tt ")?;
-    let hour = digits(11..13)?;
-    expect(13, b":")?;
-    let minute = digits(14..16)?;
-    expect(16, b":")?;
-    let second = digits(17..19)?;
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
-        return Err("date or time out of range".into());
-    }
-    let mut at = 19;
-    let mut nanos = 0u32;
-    if b.get(at) == Some(&b'.') {
-        at += 1;
-        let start = at;
-        while b.get(at).is_some_and(u8::is_ascii_digit) {
-            at += 1;
-        }
-        if at == start {
-            return Err("empty fraction".into());
-        }
-        for (i, d) in b[start..at].iter().take(9).enumerate() {
-            let place = 10u32.pow(8 - u32::try_from(i).unwrap_or(8));
-            nanos += u32::from(d - b'0') * place;
-        }
-    }
-    let offset_secs = match b.get(at) {
-        Some(b'Z' | b'z') if at + 1 == b.len() => 0,
-        Some(&sign @ (b'+' | b'-')) => {
-            let rest = &text[at + 1..];
-            let parts: Vec<&str> = if rest.contains(':') {
-                rest.split(':').collect()
-            } else if rest.len() == 4 {
-                vec![&rest[..2], &rest[2..]]
-            } else {
-                vec![rest]
-            };
-            if parts.is_empty()
-                || parts.len() > 3
-                || parts
-                    .iter()
-                    .any(|p| p.len() != 2 || !p.bytes().all(|c| c.is_ascii_digit()))
-            {
-                return Err("malformed UTC offset".into());
-            }
-            let mut secs = 0i64;
-            for (part, unit) in parts.iter().zip([3600, 60, 1]) {
-                secs += part.parse::<i64>().map_err(|e| e.to_string())? * unit;
-            }
-            if sign == b'-' { -secs } else { secs }
-        }
-        None => return Err("no UTC offset (a naive time is not accepted)".into()),
-        Some(_) => return Err(format!("unexpected text after the time at byte {at}")),
-    };
-    let days = days_from_civil(year, month, day);
-    let secs = days * SECS_PER_DAY + hour * 3600 + minute * 60 + second - offset_secs;
-    let micros_only = Duration::from_micros(u64::from(nanos / 1000));
-    Ok(if secs >= 0 {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs.unsigned_abs()) + micros_only
-    } else {
-        SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + micros_only
-    })
-}
-
-fn is_leap(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day count since 1970-01-01 (inverse of [`days_from_civil`]).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     // The payload texts of the compatibility spec (§2.8), byte for byte.
     const TABLE_CHANGED: &str = r#"{"channel" : "ch_pgqueuer", "operation" : "insert", "sent_at" : "2026-11-29T19:18:00.820631+00:00", "table" : "pgqueuer", "type" : "table_changed_event"}"#;
@@ -631,62 +435,6 @@ mod tests {
     }
 
     #[test]
-    fn times_keep_their_offsets_and_precision() {
-        // PostgreSQL in another session TimeZone, and its trimmed fractions.
-        assert_eq!(
-            at("2026-11-29T20:18:00.82063+01:00"),
-            at("2026-11-29T19:18:00.820630Z")
-        );
-        assert_eq!(at("2026-11-29T14:48:00-04:30"), at("2026-11-29T19:18:00Z"));
-        assert_eq!(at("2026-11-29T19:18:00+0000"), at("2026-11-29T19:18:00Z"));
-        assert_eq!(at("2026-11-29 19:18:00+00"), at("2026-11-29T19:18:00Z"));
-        assert_eq!(
-            at("1969-12-31T23:59:59.5Z"),
-            SystemTime::UNIX_EPOCH - Duration::from_millis(500)
-        );
-        let t = at("2024-02-29T00:00:00.000001Z");
-        assert_eq!(
-            format_time(t, TimeStyle::Python),
-            "2024-02-29T00:00:00.000001Z"
-        );
-        assert_eq!(
-            format_time(t, TimeStyle::Postgres),
-            "2024-02-29T00:00:00.000001+00:00"
-        );
-        let whole = at("2026-11-29T19:18:00Z");
-        assert_eq!(
-            format_time(whole, TimeStyle::Python),
-            "2026-11-29T19:18:00Z"
-        );
-        assert_eq!(
-            format_time(whole, TimeStyle::Postgres),
-            "2026-11-29T19:18:00+00:00"
-        );
-        let before = at("1969-12-31T23:59:59.25Z");
-        assert_eq!(
-            format_time(before, TimeStyle::Postgres),
-            "1969-12-31T23:59:59.25+00:00"
-        );
-    }
-
-    #[test]
-    fn naive_and_malformed_times_are_rejected() {
-        for bad in [
-            "2026-11-29T19:18:00.820631",
-            "2026-11-29T19:18:00",
-            "2026-11-29",
-            "2026-02-30T00:00:00Z",
-            "2026-11-29T24:00:00Z",
-            "2026-11-29T19:18:00.Z",
-            "2026-11-29T19:18:00+1",
-            "2026-11-29T19:18:00Zjunk",
-            "",
-        ] {
-            assert!(parse_time(bad).is_err(), "{bad:?} was accepted");
-        }
-    }
-
-    #[test]
     fn invalid_payloads_name_the_field() {
         let field = |payload: &str| match Event::parse(payload).unwrap_err() {
             Error::InvalidInput { field, .. } => field,
@@ -727,15 +475,5 @@ mod tests {
         };
         assert_eq!(c.ids, vec![3]);
         assert!(c.received_at >= before);
-    }
-
-    #[test]
-    fn calendar_conversions_agree() {
-        for days in [-719_468, -1, 0, 1, 11_016, 20_786, 2_932_896] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
-        }
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_786), (2026, 11, 29));
     }
 }

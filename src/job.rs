@@ -1,4 +1,4 @@
-//! Jobs: ids, statuses, claimed rows.
+//! Jobs: ids, statuses, stored rows and their log history.
 
 use std::fmt;
 
@@ -111,7 +111,6 @@ impl Job {
 
     /// Reads a row returned with [`Job::COLUMNS`] (optionally prefixed by a table alias).
     pub(crate) fn from_row(row: &postgres::Row) -> crate::Result<Job> {
-        let status: String = row.try_get("status")?;
         let headers: Option<serde_json::Value> = row.try_get("headers")?;
         Ok(Job {
             id: row.try_get("id")?,
@@ -121,12 +120,7 @@ impl Job {
             updated: row.try_get("updated")?,
             heartbeat: row.try_get("heartbeat")?,
             execute_after: row.try_get("execute_after")?,
-            status: Status::parse(&status).ok_or_else(|| {
-                crate::Error::invalid(
-                    "status",
-                    format!("unknown job status {status:?} in the queue table"),
-                )
-            })?,
+            status: status_of(row)?,
             entrypoint: row.try_get("entrypoint")?,
             dedupe_key: row.try_get("dedupe_key")?,
             payload: row.try_get("payload")?,
@@ -142,4 +136,102 @@ impl Job {
             .as_deref()
             .and_then(|p| std::str::from_utf8(p).ok())
     }
+}
+
+/// One row of a job's log history (the log table keeps a row per transition, also after
+/// the job has left the queue table).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogEntry {
+    /// The log row's id.
+    pub id: i64,
+    /// When the transition happened.
+    pub created: std::time::SystemTime,
+    /// The status the job entered.
+    pub status: Status,
+    /// The job's priority at the time.
+    pub priority: i32,
+    /// The job's entrypoint.
+    pub entrypoint: String,
+    /// The traceback JSON written with failures and retries (PgQueuer's
+    /// `TracebackRecord`), as stored.
+    pub traceback: Option<serde_json::Value>,
+}
+
+impl LogEntry {
+    /// Reads a row of `log_select_job`.
+    pub(crate) fn from_row(row: &postgres::Row) -> crate::Result<LogEntry> {
+        Ok(LogEntry {
+            id: row.try_get("id")?,
+            created: row.try_get("created")?,
+            status: status_of(row)?,
+            priority: row.try_get("priority")?,
+            entrypoint: row.try_get("entrypoint")?,
+            traceback: row.try_get("traceback")?,
+        })
+    }
+
+    /// The failure this row records, if its traceback has PgQueuer's shape.
+    pub fn failure(&self) -> Option<Failure> {
+        self.traceback.as_ref().and_then(Failure::from_json)
+    }
+}
+
+/// A failure as PgQueuer's `TracebackRecord` describes it, read from a log row's
+/// traceback (written by a Rust or a Python worker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The error's type: a Python exception class, or for our workers the last segment of
+    /// the Rust error type's name (`Panic` for a panic, `RetryRequested` for a retry).
+    pub exception_type: String,
+    /// The error's message.
+    pub message: String,
+    /// Python's formatted traceback, or our error's source chain.
+    pub traceback: String,
+}
+
+impl Failure {
+    /// Reads the `exception_type`, `exception_message` and `traceback` keys; `None` when
+    /// `value` is not an object with a string `exception_type`.
+    pub fn from_json(value: &serde_json::Value) -> Option<Failure> {
+        let text = |key: &str| value.get(key).and_then(serde_json::Value::as_str);
+        Some(Failure {
+            exception_type: text("exception_type")?.to_owned(),
+            message: text("exception_message").unwrap_or_default().to_owned(),
+            traceback: text("traceback").unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for Failure {
+    /// `Type: message`, or the type alone when there is no message.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            f.write_str(&self.exception_type)
+        } else {
+            write!(f, "{}: {}", self.exception_type, self.message)
+        }
+    }
+}
+
+/// A held (`failed`) job with the failure that put it there (one row of
+/// [`crate::Queue::list_failed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedJob {
+    /// The held row.
+    pub job: Job,
+    /// From its latest `failed` log row; `None` when that row is gone (pruned) or has
+    /// no traceback of PgQueuer's shape.
+    pub failure: Option<Failure>,
+}
+
+/// The `status` column of `row` (selected as text).
+pub(crate) fn status_of(row: &postgres::Row) -> crate::Result<Status> {
+    parse_status(&row.try_get::<_, String>("status")?)
+}
+
+/// A stored status label, or an error naming it.
+pub(crate) fn parse_status(label: &str) -> crate::Result<Status> {
+    Status::parse(label).ok_or_else(|| {
+        crate::Error::Unexpected(format!("unknown job status {label:?} in the database"))
+    })
 }

@@ -68,6 +68,7 @@ mod settings;
 mod shutdown;
 mod sql;
 pub mod sqlstate;
+mod time;
 mod worker;
 
 pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
@@ -76,13 +77,13 @@ pub use connect::{
 };
 pub use cron::Cron;
 pub use error::{Error, Result};
-pub use job::{Job, JobId, Status};
+pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
 pub use queue::{NewJob, OnConflict, Queue, QueueSize};
 pub use scheduler::Scheduler;
 pub use schedules::{Schedule, ScheduleId};
 pub use schema::{
-    UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade, upgrade_sql,
-    upgrade_with, verify, verify_with,
+    UpgradePlan, UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade,
+    upgrade_plan_with, upgrade_sql, upgrade_with, verify, verify_with,
 };
 pub use settings::{Durability, Settings};
 pub use shutdown::ShutdownHandle;

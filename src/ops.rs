@@ -42,14 +42,13 @@
 use std::time::{Duration, SystemTime};
 
 use postgres::{GenericClient, Row};
-use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::events::python_time;
-use crate::job::{Job, JobId, Status};
+use crate::job::{JobId, Status, status_of};
 use crate::settings::{Durability, Settings};
 use crate::sql::ops as sql;
+use crate::time::python_time;
 
 /// What one [`aggregate_log`] call did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,23 +182,6 @@ impl StaleJob {
             seconds_since_heartbeat: row.try_get("seconds_since_heartbeat")?,
         })
     }
-
-    /// The row as PgQueuer's `pgq stale --json` writes it: the same keys, timestamps in
-    /// ISO 8601 UTC (`...Z`), the worker id as a string or `null`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "priority": self.priority,
-            "queue_manager_id": self.queue_manager_id.map(|id| id.to_string()),
-            "created": python_time(self.created),
-            "updated": python_time(self.updated),
-            "heartbeat": python_time(self.heartbeat),
-            "execute_after": python_time(self.execute_after),
-            "status": self.status.as_str(),
-            "entrypoint": self.entrypoint,
-            "seconds_since_heartbeat": self.seconds_since_heartbeat,
-        })
-    }
 }
 
 impl ActiveWorker {
@@ -210,17 +192,6 @@ impl ActiveWorker {
             oldest_heartbeat: row.try_get("oldest_heartbeat")?,
             newest_heartbeat: row.try_get("newest_heartbeat")?,
             entrypoints: row.try_get("entrypoints")?,
-        })
-    }
-
-    /// The row as PgQueuer's `pgq workers --json` writes it.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "queue_manager_id": self.queue_manager_id.to_string(),
-            "active_jobs": self.active_jobs,
-            "oldest_heartbeat": python_time(self.oldest_heartbeat),
-            "newest_heartbeat": python_time(self.newest_heartbeat),
-            "entrypoints": self.entrypoints,
         })
     }
 }
@@ -235,50 +206,13 @@ impl QueueAge {
             avg_age_seconds: row.try_get("avg_age_seconds")?,
         })
     }
-
-    /// The row as PgQueuer's `pgq backlog --json` writes it.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "entrypoint": self.entrypoint,
-            "queued_count": self.queued_count,
-            "oldest_created": python_time(self.oldest_created),
-            "oldest_age_seconds": self.oldest_age_seconds,
-            "avg_age_seconds": self.avg_age_seconds,
-        })
-    }
 }
 
-impl Throughput {
-    /// The row as JSON: `{"entrypoint", "status", "count"}`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "entrypoint": self.entrypoint,
-            "status": self.status.as_str(),
-            "count": self.count,
-        })
-    }
-}
-
-/// A held job as PgQueuer's `pgq failed --json` writes it: every field of the row but the
-/// payload, which is replaced by `payload_bytes` (its length; 0 when there is none),
-/// plus `dedupe_key`, which PgQueuer's job model leaves out. Timestamps are ISO 8601 UTC (`...Z`); headers are an object or `null`.
-pub fn failed_job_json(job: &Job) -> Value {
-    json!({
-        "id": job.id,
-        "priority": job.priority,
-        "created": python_time(job.created),
-        "updated": python_time(job.updated),
-        "heartbeat": python_time(job.heartbeat),
-        "execute_after": python_time(job.execute_after),
-        "status": job.status.as_str(),
-        "entrypoint": job.entrypoint,
-        "attempts": job.attempts,
-        "queue_manager_id": job.queue_manager_id.map(|id| id.to_string()),
-        "slot": job.slot,
-        "headers": job.headers,
-        "dedupe_key": job.dedupe_key,
-        "payload_bytes": job.payload.as_ref().map_or(0, Vec::len),
-    })
+/// `t` in UTC as PgQueuer's JSON output writes timestamps (`pgq ... --json`, its
+/// tracebacks): ISO 8601 with six fraction digits (none when zero) and `Z`, e.g.
+/// `2026-11-29T19:18:23.097731Z`.
+pub fn format_timestamp(t: SystemTime) -> String {
+    python_time(t)
 }
 
 /// Folds every log row not yet aggregated into the statistics table, in one statement,
@@ -524,48 +458,9 @@ fn count_of(row: &Row, column: &str) -> Result<u64> {
     u64::try_from(n).map_err(|_| Error::Unexpected(format!("negative {column}: {n}")))
 }
 
-fn status_of(row: &Row) -> Result<Status> {
-    let label: String = row.try_get("status")?;
-    Status::parse(&label).ok_or_else(|| Error::Unexpected(format!("unknown job status {label:?}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failed_job_json_replaces_the_payload_with_its_length() {
-        let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
-        let job = Job {
-            id: 7,
-            priority: 2,
-            queue_manager_id: None,
-            created: t,
-            updated: t,
-            heartbeat: t,
-            execute_after: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-            status: Status::Failed,
-            entrypoint: "email".into(),
-            dedupe_key: None,
-            payload: Some(b"hello".to_vec()),
-            headers: None,
-            attempts: 3,
-            slot: None,
-        };
-        let v = failed_job_json(&job);
-        assert_eq!(v["payload_bytes"], 5);
-        assert!(v.get("payload").is_none());
-        assert_eq!(v["created"], "2023-11-14T22:13:20.123456Z");
-        assert_eq!(v["execute_after"], "2023-11-14T22:13:20Z");
-        assert_eq!(v["status"], "failed");
-        assert_eq!(v["headers"], Value::Null);
-        assert_eq!(v["attempts"], 3);
-        let none = Job {
-            payload: None,
-            ..job
-        };
-        assert_eq!(failed_job_json(&none)["payload_bytes"], 0);
-    }
 
     #[test]
     fn huge_spans_are_rejected_by_name() {

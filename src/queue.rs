@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::connect::{Conn, Pool};
 use crate::error::{Error, Result, chain};
 use crate::events::{Cancellation, Event, Operation, TableChanged};
-use crate::job::{Job, JobId, Status};
+use crate::job::{FailedJob, Job, JobId, LogEntry, Status, status_of};
 use crate::settings::Settings;
 use crate::sql::queue::{CHANNEL_NOTIFY_MANY, Conflict, QueueSql};
 use crate::sqlstate::{self, ErrorKind};
@@ -485,17 +485,48 @@ impl Queue {
         Ok(conn.execute(&statement, &[&names])?)
     }
 
-    /// Up to `limit` held (`failed`) jobs, oldest first.
+    /// Up to `limit` held (`failed`) jobs, oldest first, each with the failure that put
+    /// it there (from its latest `failed` log row).
     ///
     /// # Errors
     /// [`Error::Pool`] or [`Error::Db`].
-    pub fn list_failed(&self, limit: usize) -> Result<Vec<Job>> {
+    pub fn list_failed(&self, limit: usize) -> Result<Vec<FailedJob>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut conn = self.pool.get()?;
         let statement = conn.prepare_cached(&self.sql.select_failed)?;
         conn.query(&statement, &[&limit])?
             .iter()
-            .map(Job::from_row)
+            .map(|row| {
+                let failure: Option<Value> = row.try_get("failure")?;
+                Ok(FailedJob {
+                    job: Job::from_row(row)?,
+                    failure: failure.as_ref().and_then(crate::job::Failure::from_json),
+                })
+            })
+            .collect()
+    }
+
+    /// The job `id` if it is still in the queue table (queued, picked or held); `None`
+    /// once it has finished (its [`Queue::history`] remains) or for an unknown id.
+    ///
+    /// # Errors
+    /// [`Error::Pool`] or [`Error::Db`].
+    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        Ok(self.jobs(&[id])?.pop())
+    }
+
+    /// Every log row of job `id`, oldest first: its whole history, with the tracebacks of
+    /// failures and retries, also after the job has left the queue table (until the log
+    /// is pruned). Empty for an unknown id.
+    ///
+    /// # Errors
+    /// [`Error::Pool`] or [`Error::Db`].
+    pub fn history(&self, id: JobId) -> Result<Vec<LogEntry>> {
+        let mut conn = self.pool.get()?;
+        let statement = conn.prepare_cached(&self.sql.log_select_job)?;
+        conn.query(&statement, &[&id])?
+            .iter()
+            .map(LogEntry::from_row)
             .collect()
     }
 
@@ -884,11 +915,6 @@ fn all_ids(ids: Vec<Option<JobId>>) -> Result<Vec<JobId>> {
 
 fn ids_of(rows: &[Row]) -> Result<Vec<JobId>> {
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
-}
-
-fn status_of(row: &Row) -> Result<Status> {
-    let label: String = row.try_get("status")?;
-    Status::parse(&label).ok_or_else(|| Error::Unexpected(format!("unknown job status {label:?}")))
 }
 
 /// The LISTEN connection of one [`Queue::wait_for`] call. Without one (it could not be

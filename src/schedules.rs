@@ -14,7 +14,7 @@
 //!     println!("{} {} {:?}", s.id, s.entrypoint, s.expression);
 //! }
 //! // `pgq schedules --remove 3 --remove cleanup`: id 3, and every row of `cleanup`.
-//! let removed = schedules::remove_targets(conn.client(), &Settings::default(), &["3", "cleanup"])?;
+//! let removed = schedules::remove(conn.client(), &Settings::default(), &[3], &["cleanup"])?;
 //! # let _ = removed;
 //! # Ok(())
 //! # }
@@ -24,8 +24,8 @@ use std::time::SystemTime;
 
 use postgres::GenericClient;
 
-use crate::error::{Error, Result};
-use crate::job::Status;
+use crate::error::Result;
+use crate::job::{Status, parse_status};
 use crate::settings::Settings;
 use crate::sql::schedule::ScheduleSql;
 
@@ -61,32 +61,10 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// The row as JSON with PgQueuer's column names, timestamps in ISO 8601 UTC (`...Z`).
-    pub fn to_json(&self) -> serde_json::Value {
-        use crate::events::python_time;
-        serde_json::json!({
-            "id": self.id,
-            "expression": self.expression,
-            "entrypoint": self.entrypoint,
-            "heartbeat": python_time(self.heartbeat),
-            "created": python_time(self.created),
-            "updated": python_time(self.updated),
-            "next_run": python_time(self.next_run),
-            "last_run": self.last_run.map(python_time),
-            "status": self.status.map(Status::as_str),
-        })
-    }
-
     /// Reads a row returned with the schedule columns (`status` as text).
     pub(crate) fn from_row(row: &postgres::Row) -> Result<Schedule> {
         let status: Option<String> = row.try_get("status")?;
-        let status =
-            match status {
-                None => None,
-                Some(label) => Some(Status::parse(&label).ok_or_else(|| {
-                    Error::Unexpected(format!("unknown schedule status {label:?}"))
-                })?),
-            };
+        let status = status.as_deref().map(parse_status).transpose()?;
         Ok(Schedule {
             id: row.try_get("id")?,
             expression: row.try_get("expression")?,
@@ -105,7 +83,7 @@ impl Schedule {
 /// then by id), as `pgq schedules` lists them.
 ///
 /// # Errors
-/// [`Error::InvalidSetting`] for a bad object name; [`Error::Db`] when the query fails
+/// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for a bad object name; [`Error::Db`](crate::Error::Db) when the query fails
 /// (for instance when the table does not exist: run `upgrade()`).
 pub fn list(client: &mut impl GenericClient, settings: &Settings) -> Result<Vec<Schedule>> {
     settings.validate()?;
@@ -122,7 +100,7 @@ pub fn list(client: &mut impl GenericClient, settings: &Settings) -> Result<Vec<
 /// them stops firing it (it does not insert it again until it is restarted).
 ///
 /// # Errors
-/// [`Error::InvalidSetting`] for a bad object name; [`Error::Db`] when the delete fails.
+/// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for a bad object name; [`Error::Db`](crate::Error::Db) when the delete fails.
 pub fn remove<S: AsRef<str>>(
     client: &mut impl GenericClient,
     settings: &Settings,
@@ -136,55 +114,4 @@ pub fn remove<S: AsRef<str>>(
     let names: Vec<&str> = entrypoints.iter().map(AsRef::as_ref).collect();
     let sql = ScheduleSql::new(settings);
     Ok(client.execute(&sql.delete, &[&ids, &names])?)
-}
-
-/// [`remove`] for command-line targets: each one made only of ASCII digits is an id,
-/// anything else an entrypoint (as `pgq schedules --remove` reads them).
-///
-/// # Errors
-/// [`Error::InvalidInput`] naming `schedule id` for a number too large to be an id;
-/// otherwise as [`remove`].
-pub fn remove_targets<S: AsRef<str>>(
-    client: &mut impl GenericClient,
-    settings: &Settings,
-    targets: &[S],
-) -> Result<u64> {
-    let (ids, entrypoints) = split_targets(targets)?;
-    remove(client, settings, &ids, &entrypoints)
-}
-
-/// Splits command-line targets into ids (all ASCII digits) and entrypoints (the rest),
-/// keeping their order.
-///
-/// # Errors
-/// [`Error::InvalidInput`] naming `schedule id` for a number too large to be an id.
-pub fn split_targets<S: AsRef<str>>(targets: &[S]) -> Result<(Vec<ScheduleId>, Vec<String>)> {
-    let mut ids = Vec::new();
-    let mut entrypoints = Vec::new();
-    for target in targets {
-        let target = target.as_ref();
-        if !target.is_empty() && target.bytes().all(|b| b.is_ascii_digit()) {
-            let id = target.parse().map_err(|_| {
-                Error::invalid("schedule id", format!("{target} is too large to be an id"))
-            })?;
-            ids.push(id);
-        } else {
-            entrypoints.push(target.to_owned());
-        }
-    }
-    Ok((ids, entrypoints))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn targets_split_into_ids_and_entrypoints() {
-        let (ids, names) = split_targets(&["12", "cleanup", "007", "x1", "", "-3"]).unwrap();
-        assert_eq!(ids, vec![12, 7]);
-        assert_eq!(names, vec!["cleanup", "x1", "", "-3"]);
-        let err = split_targets(&["99999999999999999999"]).unwrap_err();
-        assert!(err.to_string().contains("schedule id"), "{err}");
-    }
 }

@@ -15,6 +15,16 @@ pub enum Durability {
 }
 
 impl Durability {
+    /// Whether the queue and schedules tables, and the log and statistics tables, are
+    /// logged (WAL-written) at this level.
+    pub(crate) fn logged(self) -> (bool, bool) {
+        match self {
+            Durability::Durable => (true, true),
+            Durability::Balanced => (true, false),
+            Durability::Volatile => (false, false),
+        }
+    }
+
     /// Parses `volatile`, `balanced` or `durable` (case-insensitive).
     ///
     /// # Errors

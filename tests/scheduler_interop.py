@@ -9,7 +9,7 @@ the expression PgQueuer normalized and how many fires it ran.
 
     python tests/scheduler_interop.py DSN ENTRYPOINT EXPRESSION SECONDS
 
-Needs pgqueuer==1.6.0 and asyncpg (see .ci/run, which makes .venv with the pins).
+Needs pgqueuer==1.6.0 and asyncpg (the tests make a venv with the pins: tests/it/python.rs).
 """
 
 import asyncio

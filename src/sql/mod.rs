@@ -3,7 +3,7 @@
 //! Object names come only from validated [`Settings`]; every value travels as a bind
 //! parameter. Statements are named table-then-verb.
 
-use crate::settings::{Durability, Settings};
+use crate::settings::Settings;
 
 pub(crate) mod queue;
 pub(crate) mod schedule;
@@ -14,6 +14,14 @@ pub(crate) const ADVISORY_LOCK: &str = "SELECT pg_advisory_lock($1)";
 pub(crate) const ADVISORY_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 /// The schema unqualified names resolve to.
 pub(crate) const CURRENT_SCHEMA: &str = "SELECT current_schema()::text";
+/// Whether the schema `$1` exists.
+pub(crate) const SCHEMA_EXISTS: &str =
+    "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)";
+/// The session's `client_min_messages`.
+pub(crate) const CLIENT_MIN_MESSAGES: &str = "SELECT current_setting('client_min_messages')";
+/// Sets the session's `client_min_messages` to `$1`.
+pub(crate) const SET_CLIENT_MIN_MESSAGES: &str =
+    "SELECT set_config('client_min_messages', $1::text, false)";
 
 pub(crate) mod claim;
 pub(crate) mod ops;
@@ -45,12 +53,8 @@ pub(crate) fn render_migration(template: &str, s: &Settings) -> String {
         Some(schema) => format!("'{schema}'::regnamespace"),
         None => "(SELECT oid FROM pg_namespace WHERE nspname = current_schema())".to_owned(),
     };
-    let (queue_logged, log_logged) = match s.durability {
-        Durability::Durable => (true, true),
-        Durability::Balanced => (true, false),
-        Durability::Volatile => (false, false),
-    };
-    let pairs: [(&str, String); 18] = [
+    let (queue_logged, log_logged) = s.durability.logged();
+    let pairs: [(&str, String); 19] = [
         ("queue_table_name", s.queue_table.clone()),
         ("log_table_name", s.queue_table_log.clone()),
         ("statistics_table_name", s.statistics_table.clone()),
@@ -69,12 +73,79 @@ pub(crate) fn render_migration(template: &str, s: &Settings) -> String {
         ("schedules_persistence", persistence(queue_logged).into()),
         ("log_persistence", persistence(log_logged).into()),
         ("statistics_persistence", persistence(log_logged).into()),
+        ("statistics_fold", statistics_fold(s)),
     ];
     let mut out = template.to_owned();
     for (key, value) in pairs {
         out = out.replace(&format!("{{{{{key}}}}}"), &value);
     }
     out
+}
+
+/// Folds duplicate per-second buckets of the statistics table into the lowest id (their
+/// counts summed), so that its unique index can be built over the rest. Older releases
+/// bucketed by a different expression and may hold rows that collide under 1.6.0's.
+pub(crate) fn statistics_fold(s: &Settings) -> String {
+    let statistics = s.qualify(&s.statistics_table);
+    format!(
+        "WITH ranked AS (
+    SELECT id,
+           FIRST_VALUE(id) OVER w AS keep_id,
+           SUM(count) OVER (PARTITION BY priority,
+               date_trunc('sec', timezone('UTC', created)), status, entrypoint) AS total
+      FROM {statistics}
+    WINDOW w AS (PARTITION BY priority,
+               date_trunc('sec', timezone('UTC', created)), status, entrypoint
+               ORDER BY id)
+), kept AS (
+    UPDATE {statistics} s SET count = r.total
+      FROM ranked r WHERE s.id = r.id AND r.id = r.keep_id AND s.count <> r.total
+)
+DELETE FROM {statistics} s USING ranked r
+ WHERE s.id = r.id AND r.id <> r.keep_id"
+    )
+}
+
+const CATALOG_1_6_0: &str = include_str!("catalog_1_6_0.txt");
+
+/// The catalog facts (lines of [`catalog`]) of PgQueuer 1.6.0's install for `s`, whose
+/// objects live in `schema` (the configured one, or the session's current schema).
+pub(crate) fn catalog_1_6_0(s: &Settings, schema: &str) -> Vec<String> {
+    let (queue_logged, log_logged) = s.durability.logged();
+    let flag = |logged: bool| if logged { "p" } else { "u" };
+    let reference = s
+        .schema
+        .as_ref()
+        .map(|x| format!("{x}."))
+        .unwrap_or_default();
+    let lower = |name: &str| name.to_ascii_lowercase();
+    let pairs: [(&str, String); 14] = [
+        ("queue_persistence", flag(queue_logged).into()),
+        ("schedules_persistence", flag(queue_logged).into()),
+        ("log_persistence", flag(log_logged).into()),
+        ("statistics_persistence", flag(log_logged).into()),
+        ("function", lower(&s.function)),
+        ("trigger", lower(&s.trigger)),
+        ("channel", s.channel.clone()),
+        ("statistics", lower(&s.statistics_table)),
+        ("schedules", lower(&s.schedules_table)),
+        ("log", lower(&s.queue_table_log)),
+        ("status", lower(&s.queue_status_type)),
+        ("queue", lower(&s.queue_table)),
+        ("schema", lower(schema)),
+        ("ref", lower(&reference)),
+    ];
+    CATALOG_1_6_0
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let mut out = line.to_owned();
+            for (key, value) in &pairs {
+                out = out.replace(&format!("{{{{{key}}}}}"), value);
+            }
+            out
+        })
+        .collect()
 }
 
 /// Drops every PgQueuer object (PgQueuer's `pgq uninstall`).

@@ -34,8 +34,11 @@ pub(crate) struct QueueSql {
     pub(crate) count: String,
     /// `queue_clear`: delete the rows of the entrypoints `$1`, log `deleted`.
     pub(crate) clear: String,
-    /// `queue_select_failed`: held (`failed`) rows, oldest first, at most `$1`.
+    /// `queue_select_failed`: held (`failed`) rows with their latest failure's
+    /// traceback, oldest first, at most `$1`.
     pub(crate) select_failed: String,
+    /// `log_select_job`: every log row of the job `$1`, oldest first.
+    pub(crate) log_select_job: String,
     /// `queue_select`: the rows with ids `$1`.
     pub(crate) select: String,
     /// `queue_requeue_failed`: put held rows of `$1` back in the queue, log `queued`.
@@ -65,6 +68,7 @@ impl QueueSql {
             count: queue_count(s),
             clear: queue_clear(s),
             select_failed: queue_select_failed(s),
+            log_select_job: log_select_job(s),
             select: queue_select(s),
             requeue_failed: queue_requeue_failed(s),
             log_select_latest: log_select_latest(s),
@@ -204,16 +208,37 @@ SELECT id, 'deleted'::{status}, entrypoint, priority FROM deleted"
     )
 }
 
-/// Held (`failed`) rows, oldest first, at most `$1 bigint`.
+/// Held (`failed`) rows, oldest first, at most `$1 bigint`, each with the traceback of
+/// its latest `failed` log row as `failure` (NULL when there is none).
 fn queue_select_failed(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
     let status = s.qualify(&s.queue_status_type);
     format!(
-        "SELECT {columns} FROM {queue}
- WHERE status = 'failed'::{status}
- ORDER BY created, id
+        "SELECT {columns}, reason.traceback AS failure
+  FROM {queue} AS job
+  LEFT JOIN LATERAL (
+       SELECT traceback FROM {log} AS l
+        WHERE l.job_id = job.id AND l.status = 'failed'::{status}
+        ORDER BY l.created DESC, l.id DESC
+        LIMIT 1
+  ) AS reason ON true
+ WHERE job.status = 'failed'::{status}
+ ORDER BY job.created, job.id
  LIMIT $1::bigint",
         columns = Job::COLUMNS
+    )
+}
+
+/// Every log row of the job `$1 bigint`, oldest first (through the log's
+/// `(job_id, created DESC)` index).
+fn log_select_job(s: &Settings) -> String {
+    let log = s.qualify(&s.queue_table_log);
+    format!(
+        "SELECT id, created, status::text AS status, priority, entrypoint, traceback
+  FROM {log}
+ WHERE job_id = $1::bigint
+ ORDER BY created, id"
     )
 }
 

@@ -73,9 +73,15 @@ impl From<Retry> for JobError {
 }
 
 /// The last path segment of a type name, generics dropped (`std::io::Error` → `Error`).
+/// A message given as text (`Err("...".into())`) or an already boxed error says nothing
+/// by its type, and is `Error`.
 fn short_type_name(full: &'static str) -> &'static str {
     let base = full.split('<').next().unwrap_or(full);
-    base.rsplit("::").next().unwrap_or(base)
+    match base.rsplit("::").next().unwrap_or(base) {
+        name if name.starts_with('&') => "Error",
+        "String" | "Box" | "Cow" => "Error",
+        name => name,
+    }
 }
 
 /// A request to run the job again later. Return it as `Err(Retry::after(d).into())`.
@@ -348,10 +354,22 @@ mod tests {
             }
             JobError::Retry(_) => panic!("not a retry"),
         }
-        assert!(matches!(
+        for text in [
             JobError::from("plain text"),
-            JobError::Failed { .. }
-        ));
+            JobError::from(String::from("owned text")),
+            JobError::from(BoxError::from("boxed")),
+        ] {
+            assert!(
+                matches!(
+                    text,
+                    JobError::Failed {
+                        type_name: "Error",
+                        ..
+                    }
+                ),
+                "{text:?}"
+            );
+        }
         assert!(matches!(
             JobError::from(Retry::after(Duration::from_secs(1))),
             JobError::Retry(_)

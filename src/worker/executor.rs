@@ -13,9 +13,9 @@ use super::entrypoint::{Context, JobError};
 use crate::claim::Outcome;
 use crate::connect::PooledConn;
 use crate::error::{Error, chain};
-use crate::events::{TimeStyle, format_time};
 use crate::job::{Job, Status};
 use crate::sqlstate;
+use crate::time::{TimeStyle, format_time, python_timedelta};
 
 /// Shortest idle wait when work is known to be queued but could not be claimed (limits
 /// full, rows locked): PgQueuer's `min_dequeue_poll_interval`.
@@ -492,27 +492,6 @@ fn traceback_json(
     })
 }
 
-/// A duration as Python's `str(timedelta)`: `0:00:30`, `1 day, 2:03:04.500000`.
-pub(crate) fn python_timedelta(d: Duration) -> String {
-    let total = d.as_secs();
-    let (days, rem) = (total / 86_400, total % 86_400);
-    let mut out = String::new();
-    if days > 0 {
-        out.push_str(&format!("{days} day{}, ", if days == 1 { "" } else { "s" }));
-    }
-    out.push_str(&format!(
-        "{}:{:02}:{:02}",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    ));
-    let micros = d.subsec_micros();
-    if micros > 0 {
-        out.push_str(&format!(".{micros:06}"));
-    }
-    out
-}
-
 /// A small xorshift generator for jitter (no dependency, no shared state).
 pub(crate) struct Jitter(u64);
 
@@ -545,25 +524,6 @@ impl Jitter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timedeltas_print_like_python() {
-        assert_eq!(python_timedelta(Duration::ZERO), "0:00:00");
-        assert_eq!(python_timedelta(Duration::from_secs(30)), "0:00:30");
-        assert_eq!(python_timedelta(Duration::from_secs(3_725)), "1:02:05");
-        assert_eq!(
-            python_timedelta(Duration::from_millis(1_500)),
-            "0:00:01.500000"
-        );
-        assert_eq!(
-            python_timedelta(Duration::from_secs(86_400 + 61)),
-            "1 day, 0:01:01"
-        );
-        assert_eq!(
-            python_timedelta(Duration::from_secs(2 * 86_400)),
-            "2 days, 0:00:00"
-        );
-    }
 
     #[test]
     fn jitter_stays_in_range() {

@@ -39,7 +39,7 @@ impl Run {
 
 /// `pgq` with a clean environment: only `PGQUEUER_DSN` (when given) says where to go.
 fn command(dsn: Option<&str>, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_pgq"));
+    let mut c = Command::new(crate::harness::pgq_binary());
     c.args(args);
     for var in [
         "PGQUEUER_DSN",
@@ -389,7 +389,12 @@ fn stale_workers_and_backlog() {
 
     let bad = pgq(&db, &["stale", "-t", "soon"]);
     assert_eq!(bad.code, 2, "{bad:?}");
-    assert!(bad.stderr.contains("--threshold \"soon\""), "{bad:?}");
+    assert!(
+        bad.stderr
+            .starts_with("pgq: error: invalid value 'soon' for '--threshold")
+            && bad.stderr.contains("expected a number of seconds"),
+        "{bad:?}"
+    );
 }
 
 #[test]
@@ -437,12 +442,31 @@ fn dashboard_aggregates_and_shows_processed_entrypoints() {
     );
     assert_eq!(successes_again, 3);
 
+    // Into a pipe, refreshes follow each other without screen-clearing escapes.
     let refreshed = pgq(&db, &["dashboard", "-i", "0.1", "--count", "2", "-n", "1"]).ok();
+    assert!(!refreshed.contains('\x1b'), "{refreshed:?}");
     assert_eq!(
-        refreshed.matches("\x1b[2J\x1b[H").count(),
+        refreshed.matches("PgQueuer dashboard, ").count(),
         2,
         "{refreshed:?}"
     );
+    // --json: one object per frame and line.
+    let frames = pgq(&db, &["dashboard", "--json", "-i", "0.1", "--count", "2"]).ok();
+    let frames: Vec<Value> = frames
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(frames.len(), 2, "{frames:?}");
+    assert!(
+        frames[0]["throughput"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["entrypoint"] == "resize" && t["status"] == "successful" && t["count"] == 3),
+        "{frames:?}"
+    );
+    assert_eq!(frames[0]["backlog"][0]["entrypoint"], "backlogged");
+    assert_eq!(frames[0]["backlog"][0]["queued_count"], 2);
 
     for bad in [
         &["dashboard", "--count", "2"][..],
@@ -470,7 +494,7 @@ fn listen_prints_each_event_as_it_arrives() {
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
     assert!(
-        line.starts_with("Listening on channel \"ch_pgqueuer\""),
+        line.starts_with("pgq: listening on channel \"ch_pgqueuer\""),
         "{line:?}"
     );
 
@@ -527,10 +551,17 @@ fn listen_prints_each_event_as_it_arrives() {
     );
     assert_eq!(quiet.code, 1, "{quiet:?}");
     assert!(
-        quiet.stderr.contains("Listening on channel \"elsewhere\""),
+        quiet
+            .stderr
+            .contains("pgq: listening on channel \"elsewhere\""),
         "{quiet:?}"
     );
-    assert!(quiet.stderr.contains("timed out"), "{quiet:?}");
+    assert!(
+        quiet
+            .stderr
+            .contains("pgq: error: timed out after 300ms with 0 of 1 events"),
+        "{quiet:?}"
+    );
     // Without --count, the timeout is a normal end.
     assert_eq!(pgq(&db, &["listen", "--timeout", "0.2"]).code, 0);
 }
@@ -589,7 +620,12 @@ fn prune_log_keeps_the_counts() {
     ] {
         let run = pgq(&db, bad);
         assert_eq!(run.code, 2, "{bad:?}: {run:?}");
-        assert!(run.stderr.contains("pgq prune-log --help"), "{run:?}");
+        assert!(
+            run.stderr.starts_with("pgq: error: ")
+                && run.stderr.contains("--older-than")
+                && run.stderr.contains("'--help'"),
+            "{run:?}"
+        );
     }
 }
 
@@ -742,7 +778,6 @@ fn sql_commands_print_without_connecting() {
         pgq_env(nowhere, &["sql", "upgrade"]).ok(),
         "installing is upgrading"
     );
-    assert_eq!(install, pgq_env(nowhere, &["upgrade", "--plan"]).ok());
     let volatile = pgq_env(nowhere, &["sql", "install", "--durability", "volatile"]).ok();
     assert!(volatile.contains("UNLOGGED"), "{volatile}");
     for step in pgqueuer::upgrade_sql(&Settings::default()).unwrap() {
@@ -821,38 +856,62 @@ fn failures_exit_non_zero_with_an_actionable_message() {
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("nonsense"), "{run:?}");
 
-    // Usage errors: exit 2 and point at --help.
-    let run = pgq_env(None, &["frobnicate"]);
-    assert_eq!(run.code, 2, "{run:?}");
+    // A DSN of another database system is named as such.
+    let run = pgq_env(None, &["--dsn", "mysql://root@127.0.0.1/app", "sizes"]);
+    assert_eq!(run.code, 1, "{run:?}");
     assert!(
-        run.stderr.contains("unknown command \"frobnicate\"") && run.stderr.contains("pgq --help"),
+        run.stderr.contains("mysql://") && run.stderr.contains("postgres://"),
         "{run:?}"
     );
-    let run = pgq_env(None, &["wokers"]);
-    assert_eq!(run.code, 2);
-    let run = pgq_env(None, &[]);
-    assert_eq!(run.code, 2, "{run:?}");
-    let run = pgq_env(None, &["failed", "--limit", "many"]);
-    assert_eq!(run.code, 2, "{run:?}");
-    assert!(
-        run.stderr.contains("--limit \"many\"") && run.stderr.contains("pgq failed --help"),
-        "{run:?}"
+
+    // Usage errors: exit 2, one form ("pgq: error: ..."), the usage line and a pointer
+    // to --help; no terminal escapes into a pipe.
+    let usage = |args: &[&str], says: &[&str]| {
+        let run = pgq_env(None, args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert!(run.stderr.starts_with("pgq: error: "), "{run:?}");
+        assert!(run.stderr.contains("'--help'"), "{run:?}");
+        assert!(!run.stderr.contains('\x1b'), "{run:?}");
+        for text in says {
+            assert!(
+                run.stderr.contains(text),
+                "{args:?} does not say {text:?}: {run:?}"
+            );
+        }
+    };
+    usage(&["frobnicate"], &["unrecognized subcommand 'frobnicate'"]);
+    usage(&["wokers"], &["a similar subcommand exists: 'workers'"]);
+    usage(&[], &["requires a subcommand"]);
+    usage(
+        &["failed", "--limit", "many"],
+        &["'many' for '--limit <N>'", "expected a whole number"],
     );
-    let run = pgq_env(None, &["backlog", "--verbose"]);
-    assert_eq!(run.code, 2, "{run:?}");
-    assert!(run.stderr.contains("unknown option --verbose"), "{run:?}");
-    let run = pgq_env(None, &["queue"]);
-    assert_eq!(run.code, 2, "{run:?}");
-    assert!(run.stderr.contains("missing ENTRYPOINT"), "{run:?}");
-    let run = pgq_env(None, &["queue", "ep", "--priority", "high"]);
-    assert_eq!(run.code, 2, "{run:?}");
+    usage(
+        &["backlog", "--verbose"],
+        &["unexpected argument '--verbose'"],
+    );
+    usage(&["queue"], &["<ENTRYPOINT>", "Usage: pgq queue"]);
+    usage(
+        &["queue", "ep", "--priority", "high"],
+        &["'high' for '--priority <N>'"],
+    );
     let run = pgq_env(None, &["--prefix", "1bad", "sizes"]);
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("prefix"), "{run:?}");
 
     // Help for the program and for every command, without a database.
-    assert!(pgq_env(None, &["--help"]).ok().contains("MONITORING:"));
-    assert!(pgq_env(None, &["help"]).ok().contains("GLOBAL OPTIONS"));
+    let help = pgq_env(None, &["--help"]).ok();
+    for heading in [
+        "Schema:",
+        "Jobs:",
+        "Monitoring:",
+        "Options:",
+        "Environment:",
+        "--dsn",
+    ] {
+        assert!(help.contains(heading), "--help lacks {heading:?}:\n{help}");
+    }
+    assert_eq!(pgq_env(None, &["help"]).ok(), help);
     for command in [
         "install",
         "upgrade",
@@ -862,6 +921,7 @@ fn failures_exit_non_zero_with_an_actionable_message() {
         "durability",
         "autovac",
         "queue",
+        "job",
         "cancel",
         "failed",
         "requeue",
@@ -872,14 +932,36 @@ fn failures_exit_non_zero_with_an_actionable_message() {
         "dashboard",
         "listen",
         "prune-log",
+        "completions",
     ] {
         let help = pgq_env(None, &[command, "--help"]).ok();
         assert!(
-            help.starts_with(&format!("pgq {command}")),
+            help.contains(&format!("Usage: pgq {command}")),
             "{command}: {help}"
         );
         assert_eq!(pgq_env(None, &["help", command]).ok(), help);
     }
+}
+
+/// `pgq completions SHELL` prints a completion script that knows the commands.
+#[test]
+fn completions_are_printed_for_each_shell() {
+    let bash = pgq_env(None, &["completions", "bash"]).ok();
+    assert!(
+        bash.contains("_pgq()") && bash.contains("prune-log"),
+        "{bash}"
+    );
+    let zsh = pgq_env(None, &["completions", "zsh"]).ok();
+    assert!(zsh.starts_with("#compdef pgq"), "{zsh}");
+    for shell in ["fish", "elvish", "powershell"] {
+        assert!(
+            pgq_env(None, &["completions", shell])
+                .ok()
+                .contains("dashboard"),
+            "{shell}"
+        );
+    }
+    assert_eq!(pgq_env(None, &["completions", "tcsh"]).code, 2);
 }
 
 #[test]
@@ -923,11 +1005,129 @@ fn schedules_lists_and_removes_by_id_and_entrypoint() {
         &db,
         &["schedules", "--remove", &first, "-r", "nightly", "--json"],
     );
-    assert!(run.stderr.contains("Removed 3"), "{run:?}");
+    assert!(run.stderr.contains("pgq: removed 3 schedule(s)"), "{run:?}");
     assert!(run.json().is_empty());
     assert_eq!(
         scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer_schedules"),
         0
     );
     assert!(pgq(&db, &["schedules"]).ok().contains("No schedules"));
+}
+
+/// `pgq failed` shows why each job is held, and `pgq job ID` shows one job whole: its
+/// row, payload (text or hex), headers and log with tracebacks, before and after it
+/// leaves the queue table. The library's `Queue::job` and `Queue::history` agree.
+#[test]
+fn failed_and_job_show_reasons_payloads_and_history() {
+    use pgqueuer::{EntrypointOptions, OnFailure, Worker};
+
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(4));
+    let held = queue
+        .enqueue(NewJob::new("fragile", b"payload text".to_vec()))
+        .unwrap();
+    let done = queue.enqueue(NewJob::new("fine", b"ok".to_vec())).unwrap();
+    Worker::builder(db.pool(4))
+        .entrypoint_with(
+            "fragile",
+            EntrypointOptions::new().on_failure(OnFailure::Hold),
+            |_, _| Err("disk full: /var/spool".into()),
+        )
+        .entrypoint("fine", |_, _| Ok(()))
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    let binary = queue
+        .enqueue(
+            NewJob::new("later", vec![0xff, 0xfe, 0x00, 0x41])
+                .header("trace", "abc")
+                .execute_after(Duration::from_secs(3600)),
+        )
+        .unwrap();
+    let picked = queue.enqueue(NewJob::without_payload("busy")).unwrap();
+    let claimer = Claimer::builder().entrypoint("busy", 0).build().unwrap();
+    let pool = db.pool(1);
+    assert_eq!(
+        claimer
+            .claim(&mut pool.get().unwrap(), 1)
+            .unwrap()
+            .jobs
+            .len(),
+        1
+    );
+
+    // failed: the reason in the table and in JSON.
+    let table = pgq(&db, &["failed"]).ok();
+    assert!(
+        table.contains(&format!(" {held} | fragile "))
+            && table.contains("| Error: disk full: /var/spool"),
+        "{table}"
+    );
+    let json = pgq(&db, &["failed", "--json"]).json();
+    assert_eq!(json[0]["exception_message"], "disk full: /var/spool");
+    assert_eq!(json[0]["exception_type"], "Error", "{json:?}");
+
+    // job: a held job, with its log and the failure's traceback.
+    let shown = pgq(&db, &["job", &held.to_string()]).ok();
+    for text in [
+        &format!("Job {held} (fragile), status failed")[..],
+        "Payload (12 bytes, text):",
+        "  payload text",
+        "Log (3 rows, oldest first):",
+        "queued",
+        "picked",
+        "disk full: /var/spool",
+    ] {
+        assert!(shown.contains(text), "no {text:?} in:\n{shown}");
+    }
+    // A queued job with a binary payload and headers.
+    let shown = pgq(&db, &["job", &binary.to_string()]).ok();
+    assert!(
+        shown.contains("status queued")
+            && shown.contains("Payload (4 bytes, hex):")
+            && shown.contains("fffe0041")
+            && shown.contains("\"trace\": \"abc\""),
+        "{shown}"
+    );
+    let json = pgq(&db, &["job", &binary.to_string(), "--json"]).ok();
+    let json: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["in_queue"], true);
+    assert_eq!(json["job"]["payload_encoding"], "hex");
+    assert_eq!(json["job"]["payload"], "fffe0041");
+    assert_eq!(json["log"].as_array().unwrap().len(), 1);
+    // A picked job names its worker.
+    let shown = pgq(&db, &["job", &picked.to_string()]).ok();
+    assert!(
+        shown.contains("status picked") && shown.contains(&claimer.worker_id().to_string()),
+        "{shown}"
+    );
+    // A finished job is shown from the log.
+    let shown = pgq(&db, &["job", &done.to_string()]).ok();
+    assert!(
+        shown.contains(&format!(
+            "Job {done} (fine) is no longer in the queue table: it ended successful"
+        )) && shown.contains("Log (3 rows, oldest first):"),
+        "{shown}"
+    );
+    // An unknown id fails and says so.
+    let run = pgq(&db, &["job", "999999"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.starts_with("pgq: error: no job 999999"),
+        "{run:?}"
+    );
+    assert_eq!(pgq(&db, &["job", "x"]).code, 2);
+
+    // The library's view is the same.
+    assert!(queue.job(done).unwrap().is_none());
+    let history = queue.history(done).unwrap();
+    assert_eq!(
+        history.iter().map(|e| e.status).collect::<Vec<_>>(),
+        [Status::Queued, Status::Picked, Status::Successful]
+    );
+    let failure = queue.history(held).unwrap()[2].failure().unwrap();
+    assert_eq!(failure.message, "disk full: /var/spool");
+    assert_eq!(queue.job(held).unwrap().unwrap().status, Status::Failed);
+    assert!(queue.history(999_999).unwrap().is_empty());
 }

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use pgqueuer::postgres::{Client, NoTls};
@@ -101,45 +101,9 @@ fn concurrency(max: &BTreeMap<String, i64>, limits: &[(&str, u32)]) -> String {
 // Worker processes
 // ---------------------------------------------------------------------------------------
 
-/// The `examples/worker` binary, built once per test process with the profile of this
-/// test binary (`cargo test --test it` does not build examples by itself; a plain
-/// `cargo test` already has and the build is then a no-op).
-fn worker_binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in target/<profile>/deps");
-        let binary = profile.join("examples").join("worker");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(&cargo);
-        build
-            .args(["build", "--quiet", "--example", "worker"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdin(Stdio::null());
-        if profile.file_name() == Some("release".as_ref()) {
-            build.arg("--release");
-        }
-        if let Some(target) = profile.parent() {
-            build.env("CARGO_TARGET_DIR", target);
-        }
-        match build.status() {
-            Ok(status) if status.success() => {}
-            other if binary.exists() => eprintln!(
-                "`cargo build --example worker` did not succeed ({other:?}); using the existing {}",
-                binary.display()
-            ),
-            other => panic!(
-                "the fault tests need the example worker: `{} build --example worker` failed ({other:?}) \
-                 and {} does not exist",
-                cargo.to_string_lossy(),
-                binary.display()
-            ),
-        }
-        binary
-    })
+/// The `examples/worker` binary.
+fn worker_binary() -> PathBuf {
+    crate::harness::program("example", "worker", &[])
 }
 
 /// One `examples/worker` process. Its stdout is read for the worker id, its stderr kept

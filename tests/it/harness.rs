@@ -533,6 +533,62 @@ impl Drop for TestDb {
     }
 }
 
+/// A program of this package (`--example worker`, `--bin pgq`), built once per test
+/// process with the cargo and profile running these tests, and its executable. The
+/// `pgq` binary needs the `cli` feature, which `cargo test` does not turn on: building
+/// it here lets a plain `cargo test` test it.
+pub fn program(kind: &str, name: &str, features: &[&str]) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{kind} {name}");
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, path)) = built.iter().find(|(k, _)| *k == key) {
+        return path.clone();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let exe = std::env::current_exe().expect("current_exe");
+    // The test binary lives in target/<profile>/deps.
+    let release = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .is_some_and(|p| p == "release");
+    let mut build = Command::new(&cargo);
+    build
+        .args(["build", &format!("--{kind}"), name, "--manifest-path"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .arg("--message-format=json-render-diagnostics")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    if !features.is_empty() {
+        build.args(["--features", &features.join(",")]);
+    }
+    if release {
+        build.arg("--release");
+    }
+    let output = build
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cargo} to build {kind} {name}: {e}"));
+    assert!(
+        output.status.success(),
+        "`cargo build --{kind} {name}` failed (its errors are above)"
+    );
+    let path = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["target"]["name"] == name)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo reported no executable for {kind} {name}"));
+    built.push((key, path.clone()));
+    path
+}
+
+/// The `pgq` program (built with the `cli` feature).
+pub fn pgq_binary() -> PathBuf {
+    program("bin", "pgq", &["cli"])
+}
+
 /// The contents of a file under tests/fixtures.
 pub fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

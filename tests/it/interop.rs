@@ -580,8 +580,14 @@ fn capture_notifications(db: &TestDb, stop: Arc<AtomicBool>) -> JoinHandle<Vec<S
             let stopping = stop.load(Ordering::SeqCst);
             let mut notifications = client.notifications();
             let mut it = notifications.timeout_iter(Duration::from_millis(100));
-            while let Some(note) = it.next().unwrap() {
-                payloads.push(note.payload().to_owned());
+            // An error ends the capture: the test is over (its database was dropped,
+            // which terminates this session) or its checks will miss the events.
+            loop {
+                match it.next() {
+                    Ok(Some(note)) => payloads.push(note.payload().to_owned()),
+                    Ok(None) => break,
+                    Err(_) => return payloads,
+                }
             }
             if stopping {
                 return payloads;
@@ -716,7 +722,15 @@ fn python_failures_appear_in_ours() {
 
     let failed = queue.list_failed(10).unwrap();
     assert_eq!(failed.len(), 1, "{failed:?}");
-    let job = &failed[0];
+    // The reason Python recorded is read back with the held job.
+    let failure = failed[0]
+        .failure
+        .as_ref()
+        .expect("the failure of the held job");
+    assert_eq!(failure.exception_type, "ValueError");
+    assert_eq!(failure.message, format!("python handler refuses job {id}"));
+    assert!(failure.traceback.contains("ValueError"), "{failure:?}");
+    let job = &failed[0].job;
     assert_eq!(job.id, id);
     assert_eq!(job.status, Status::Failed);
     assert_eq!(job.entrypoint, "py_hold");

@@ -1,17 +1,21 @@
 //! Runs the real Python PgQueuer 1.6.0 against a test database: its command line
 //! (`python -m pgqueuer ...`) and the scripts in `tests/python/`.
 //!
-//! The interpreter is `PGQUEUER_PYTHON`, else `<repo>/.venv/bin/python`. It must import
-//! `pgqueuer` 1.6.0 and `asyncpg`. Without it the interop tests fail and say how to make
-//! the venv; they never skip. Each child gets the test database in `PGDSN` and
-//! `PGQUEUER_DSN` (with `PGSSLMODE=disable`), none of the caller's other `PG*`
-//! variables, and a deadline after which it is killed and the test fails with whatever
-//! it printed.
+//! The interpreter is `PGQUEUER_PYTHON` when set; it must import `pgqueuer` 1.6.0 and
+//! `asyncpg`. Otherwise the tests make their own environment on first use: a venv under
+//! `target/tmp/` with [`PINS`] installed from PyPI, made once (under a file lock, so any
+//! number of tests and test processes may ask at once) and reused by later runs. Only when
+//! that cannot be done (no `python3`, no venv module, no PyPI) do the interop tests fail:
+//! the first with what to install, the others with one line pointing at it. Each child
+//! gets the test database in `PGDSN` and `PGQUEUER_DSN` (with `PGSSLMODE=disable`), none
+//! of the caller's other `PG*` variables, and a deadline after which it is killed and the
+//! test fails with whatever it printed.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,52 +34,120 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn how_to_install() -> String {
-    format!(
-        "The interop tests run the real Python PgQueuer 1.6.0. Create its venv in the \
-         repository root:\n\n    cd {repo} && python3 -m venv .venv && .venv/bin/pip install -q {PINS}\n\n\
-         or set PGQUEUER_PYTHON to a Python interpreter that has those packages \
-         (.ci/run does the former).",
-        repo = repo().display()
-    )
-}
-
-/// The checked interpreter (found and version-checked once per test process).
+/// The checked interpreter, found (or made) once per test process.
+///
+/// # Panics
+/// When there is none and none can be made: the first caller with the whole story, every
+/// later one with a line that points at it.
 pub fn interpreter() -> &'static Path {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(find_interpreter)
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    match PYTHON.get_or_init(find_interpreter) {
+        Ok(path) => path,
+        Err(why) if !REPORTED.swap(true, Ordering::SeqCst) => panic!("{why}"),
+        Err(_) => panic!(
+            "no Python PgQueuer 1.6.0 for the interop tests (the reason is in the first \
+             interop test's failure)"
+        ),
+    }
 }
 
-fn find_interpreter() -> PathBuf {
-    let (python, source) = match std::env::var_os("PGQUEUER_PYTHON") {
-        Some(p) if !p.is_empty() => (PathBuf::from(p), "PGQUEUER_PYTHON"),
-        _ => (repo().join(".venv/bin/python"), "the repository's .venv"),
-    };
-    if !python.exists() {
-        panic!(
-            "no Python interpreter at {} (from {source}).\n{}",
-            python.display(),
-            how_to_install()
-        );
+fn find_interpreter() -> Result<PathBuf, String> {
+    match std::env::var_os("PGQUEUER_PYTHON") {
+        Some(p) if !p.is_empty() => {
+            let python = PathBuf::from(p);
+            check_interpreter(&python).map_err(|why| {
+                format!(
+                    "PGQUEUER_PYTHON={} cannot run the interop tests: {why}\nUnset it to let \
+                     the tests make their own environment, or install {PINS} into it.",
+                    python.display()
+                )
+            })?;
+            Ok(python)
+        }
+        _ => managed_environment(),
     }
-    let probe = Command::new(&python)
+}
+
+/// Checks that `python` imports PgQueuer 1.6.0 and asyncpg.
+fn check_interpreter(python: &Path) -> Result<(), String> {
+    let probe = Command::new(python)
         .args([
             "-c",
             "import asyncpg, pgqueuer; print(pgqueuer.__version__, asyncpg.__version__)",
         ])
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}\n{}", python.display(), how_to_install()));
+        .map_err(|e| format!("cannot run it: {e}"))?;
     let versions = String::from_utf8_lossy(&probe.stdout).trim().to_owned();
-    if !probe.status.success() || !versions.starts_with("1.6.0 ") {
-        panic!(
-            "{} (from {source}) does not provide pgqueuer 1.6.0 with asyncpg (got {versions:?}; \
-             stderr: {}).\n{}",
-            python.display(),
-            String::from_utf8_lossy(&probe.stderr).trim(),
-            how_to_install()
-        );
+    if probe.status.success() && versions.starts_with("1.6.0 ") {
+        Ok(())
+    } else {
+        Err(format!(
+            "it does not provide pgqueuer 1.6.0 with asyncpg (printed {versions:?}; stderr: {})",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ))
     }
-    python
+}
+
+/// The tests' own venv under `target/tmp/`, made on first use. The marker file holds the
+/// pins it was made with, so a change of [`PINS`] makes a new one.
+fn managed_environment() -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = root.join("pgqueuer-python");
+    let python = dir.join("bin/python");
+    let marker = dir.join("pins.txt");
+    std::fs::create_dir_all(root).map_err(|e| format!("mkdir {}: {e}", root.display()))?;
+    let lock_path = root.join("pgqueuer-python.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
+    // Another test process may be making it right now: wait for it.
+    lock.lock()
+        .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == PINS)
+        && check_interpreter(&python).is_ok()
+    {
+        return Ok(python);
+    }
+    eprintln!(
+        "pgqueuer tests: making the Python environment for the interop tests in {} \
+         ({PINS}, from PyPI); this happens once",
+        dir.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let step = |what: &str, command: &mut Command, fix: &str| -> Result<(), String> {
+        let out = command
+            .output()
+            .map_err(|e| format!("{what} could not run: {e}.\n{fix}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Err(format!(
+            "{what} failed:\n    {}\n{fix}",
+            tail.join("\n    ")
+        ))
+    };
+    step(
+        "`python3 -m venv`",
+        Command::new("python3").arg("-m").arg("venv").arg(&dir),
+        "The interop tests need python3 with its venv module \
+         (Debian: `apt-get install python3 python3-venv`), or PGQUEUER_PYTHON set to an \
+         interpreter that has PgQueuer 1.6.0.",
+    )?;
+    let mut pip = Command::new(dir.join("bin/pip"));
+    pip.args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(PINS.split(' '));
+    step(
+        "`pip install` from PyPI",
+        &mut pip,
+        "The interop tests install PgQueuer 1.6.0 from PyPI: check the network (or a \
+         PIP_INDEX_URL mirror), or set PGQUEUER_PYTHON to an interpreter that has it.",
+    )?;
+    check_interpreter(&python).map_err(|why| format!("the new environment is unusable: {why}"))?;
+    std::fs::write(&marker, PINS).map_err(|e| format!("write {}: {e}", marker.display()))?;
+    Ok(python)
 }
 
 /// The test database as a URL asyncpg understands (it does not read `key=value` DSNs).

@@ -726,8 +726,8 @@ fn sizes_clear_list_failed_and_requeue_failed() {
         ]
     );
     let failed = queue.list_failed(10).unwrap();
-    assert_eq!(failed.iter().map(|j| j.id).collect::<Vec<_>>(), b);
-    assert!(failed.iter().all(|j| j.status == Status::Failed));
+    assert_eq!(failed.iter().map(|j| j.job.id).collect::<Vec<_>>(), b);
+    assert!(failed.iter().all(|j| j.job.status == Status::Failed));
     assert_eq!(queue.list_failed(1).unwrap().len(), 1);
 
     let mut listener = Listener::new(&db);

@@ -1,9 +1,7 @@
 //! The cron scheduler against a real database: claiming, heartbeats, takeover, races
 //! between processes, and sharing schedules with Python PgQueuer 1.6.0.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -306,12 +304,8 @@ fn list_and_remove_schedules() {
     // Least recently run first, never-run last (by id).
     assert_eq!(order, ["c", "a", "b", "c"]);
     let b = listed.iter().find(|s| s.entrypoint == "b").unwrap().id;
-    let removed = schedules::remove_targets(
-        &mut client,
-        &Settings::default(),
-        &[b.to_string(), "c".to_owned(), "nope".to_owned()],
-    )
-    .unwrap();
+    let removed =
+        schedules::remove(&mut client, &Settings::default(), &[b], &["c", "nope"]).unwrap();
     assert_eq!(removed, 3);
     let left = schedules::list(&mut client, &Settings::default()).unwrap();
     assert_eq!(left.len(), 1);
@@ -359,36 +353,12 @@ fn race_seconds() -> u64 {
     }
 }
 
-/// Builds an example with the cargo running these tests and returns its executable.
-fn example_binary(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-            let output = Command::new(&cargo)
-                .args(["build", "--example", name, "--manifest-path", manifest])
-                .arg("--message-format=json-render-diagnostics")
-                .stderr(Stdio::inherit())
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {cargo} to build example {name}: {e}"));
-            assert!(output.status.success(), "building example {name} failed");
-            String::from_utf8_lossy(&output.stdout)
-                .lines()
-                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-                .filter(|m| m["target"]["name"] == name)
-                .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-                .unwrap_or_else(|| panic!("cargo reported no executable for example {name}"))
-        })
-        .clone()
-}
-
 /// Three processes (examples/scheduler.rs), each with its own pool, race on one
 /// every-second schedule: it fires once per second, never twice in one second.
 #[test]
 fn three_processes_fire_an_every_second_schedule_once_per_second() {
     let seconds = race_seconds();
-    let exe = example_binary("scheduler");
+    let exe = crate::harness::program("example", "scheduler", &[]);
     let db = TestDb::new();
     let mut client = db.client();
     // Made here, so that the processes' CREATE TABLE IF NOT EXISTS do not race.

@@ -1,180 +1,378 @@
-//! Argument parsing: a command's flags and positionals, and the value parsers.
+//! The command line, declared with `clap`: every command, its flags and their value
+//! parsers. The spellings are PgQueuer's wherever a command exists in both.
 
 use std::time::Duration;
 
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use pgqueuer::Durability;
 
-use crate::{Failure, usage};
+/// The grouped command list of `pgq --help` (clap lists subcommands in one flat group).
+const COMMANDS: &str = "\
+Schema:
+  install      create the schema (fails if it already exists)
+  upgrade      install or bring the schema up to date (--plan: print what it would run)
+  verify       check that every object exists (--expect absent: that none does)
+  uninstall    drop every PgQueuer object and all jobs
+  sql          print install, upgrade, uninstall, durability or autovac SQL, offline
+  durability   switch the tables between LOGGED and UNLOGGED
+  autovac      apply PgQueuer's recommended autovacuum settings (--rollback: reset)
 
-/// One option of a command.
-pub(crate) struct Flag {
-    long: &'static str,
-    short: Option<&'static str>,
-    /// Whether it takes a value (`--limit 5`) or is a switch (`--json`).
-    takes_value: bool,
+Jobs:
+  queue        enqueue a job
+  job          one job: its row, payload, headers and whole log history
+  cancel       cancel queued or picked jobs
+  failed       list jobs held with status 'failed', with their reason
+  requeue      put failed jobs back in the queue
+
+Monitoring:
+  sizes        jobs per entrypoint, priority and status
+  backlog      queued jobs per entrypoint, and how old they are
+  schedules    list (and --remove) cron schedules
+  stale        picked jobs whose heartbeat is old
+  workers      workers holding picked jobs
+  dashboard    throughput, backlog and workers (refreshing with --interval)
+  listen       print the events on the NOTIFY channel as they arrive
+  prune-log    fold the log into the statistics, then delete old log rows
+
+Shell:
+  completions  print a completion script for bash, zsh, fish, elvish or powershell
+";
+
+const AFTER_HELP: &str = "\
+Environment:
+  PGQUEUER_DSN, PGDSN, DATABASE_URL, then PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE:
+      where to connect, in that order, unless --dsn is given
+  PGQUEUER_QUEUE_TABLE, PGQUEUER_CHANNEL, ...: single object names, as in PgQueuer
+  PGQUEUER_TABLEFMT (or TABLEFMT): table style: pretty (default), simple, plain, github
+  RUST_LOG: log level of the program's own diagnostics (default warn)
+
+Exit status: 0 success, 1 failure, 2 usage error.
+Run 'pgq COMMAND --help' for the details of a command.";
+
+/// `pgq`: manage and inspect a PgQueuer (1.6-compatible) queue in PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pgq",
+    version,
+    about = "pgq: manage and inspect a PgQueuer (1.6-compatible) queue in PostgreSQL",
+    help_template = "{about-with-newline}\n{usage-heading} {usage}\n\n{before-help}\nOptions:\n{options}\n\n{after-help}\n",
+    before_help = COMMANDS,
+    after_help = AFTER_HELP,
+    subcommand_required = true,
+    arg_required_else_help = false,
+    disable_help_subcommand = false,
+)]
+pub(crate) struct Cli {
+    /// Connection string (default: PGQUEUER_DSN, PGDSN, DATABASE_URL, then the libpq
+    /// variables PGHOST, PGPORT, PGUSER, ...).
+    #[arg(long, global = true, visible_alias = "pg-dsn", value_name = "DSN")]
+    pub(crate) dsn: Option<String>,
+
+    /// Prefix of every object name (default: PGQUEUER_PREFIX).
+    #[arg(long, global = true, value_name = "P")]
+    pub(crate) prefix: Option<String>,
+
+    /// Schema holding every object (default: PGQUEUER_SCHEMA).
+    #[arg(long, global = true, value_name = "S")]
+    pub(crate) schema: Option<String>,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
 }
 
-pub(crate) const fn switch(long: &'static str) -> Flag {
-    Flag {
-        long,
-        short: None,
-        takes_value: false,
-    }
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create the PgQueuer schema. Fails (exit 1) if the queue table already exists; use
+    /// 'pgq upgrade' to bring an existing schema up to date.
+    Install(DurabilityArg),
+
+    /// Install the schema or bring it up to date, converging to PgQueuer 1.6.0's catalog.
+    /// Idempotent; safe while workers run.
+    Upgrade {
+        /// Print the statements this database still needs instead of running them (none
+        /// when it is up to date). 'pgq sql upgrade' prints the whole script.
+        #[arg(long)]
+        plan: bool,
+    },
+
+    /// Check that every PgQueuer object exists (present) or that none does (absent).
+    /// Prints each divergence and exits 1 when there is one.
+    Verify {
+        /// What to expect.
+        #[arg(long, value_enum, default_value_t = Expect::Present)]
+        expect: Expect,
+    },
+
+    /// Drop the trigger, the function, the four tables (with every job, log row,
+    /// statistic and schedule) and the enum types.
+    Uninstall,
+
+    /// Print the SQL of the command of the same name on stdout, without connecting.
+    /// 'install' and 'upgrade' print the same idempotent script: installing is upgrading
+    /// from nothing. Run each step as its own transaction (psql's default autocommit does).
+    Sql {
+        #[command(subcommand)]
+        what: SqlCommand,
+    },
+
+    /// Switch the four tables' persistence in one transaction (ALTER TABLE ... SET
+    /// LOGGED|UNLOGGED, rows kept). Each switch rewrites its table under an exclusive
+    /// lock: run it when the queue is quiet.
+    #[command(after_help = DURABILITY_LEVELS)]
+    Durability {
+        /// volatile, balanced or durable.
+        #[arg(value_parser = parse_durability, value_name = "LEVEL")]
+        level: Durability,
+    },
+
+    /// Apply PgQueuer's recommended autovacuum settings: aggressive on the queue and
+    /// schedules tables (fillfactor 70), relaxed on the append-only log and statistics.
+    Autovac(AutovacArgs),
+
+    /// Enqueue one job. The payload is the UTF-8 bytes of the argument (none when
+    /// omitted). Prints 'Enqueued job ID.'. Put -- before a payload that starts with '-'.
+    Queue {
+        /// The handler's name.
+        entrypoint: String,
+        /// The job's payload.
+        payload: Option<String>,
+        /// Higher runs sooner.
+        #[arg(
+            long,
+            default_value = "0",
+            value_parser = parse_priority,
+            allow_negative_numbers = true,
+            value_name = "N"
+        )]
+        priority: i32,
+        /// Run no earlier than this many seconds from now.
+        #[arg(long, value_parser = parse_seconds, value_name = "SECONDS")]
+        delay: Option<Duration>,
+        /// Refuse while a queued or picked job has this key.
+        #[arg(long, value_name = "KEY")]
+        dedupe_key: Option<String>,
+        /// When the key is taken: raise exits 1, skip prints 'Skipped: ...' and exits 0.
+        #[arg(long, value_enum, default_value_t = OnConflictArg::Raise)]
+        on_conflict: OnConflictArg,
+    },
+
+    /// Show one job: its row (while it is in the queue table), payload (text, or hex
+    /// when not UTF-8), headers and whole log history with tracebacks, also for jobs that
+    /// have finished.
+    Job {
+        /// The job's id.
+        #[arg(value_parser = parse_id)]
+        id: i64,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Cancel jobs: each queued or picked one is deleted and logged 'canceled', and a
+    /// cancellation event tells the workers running them to stop. Failed (held) and
+    /// finished jobs are left alone and named on stderr.
+    Cancel(Ids),
+
+    /// List jobs held with status 'failed' for manual intervention, oldest first, with
+    /// the exception that put each there.
+    Failed {
+        #[command(flatten)]
+        limit: Limit,
+        /// A JSON array; each payload is reported by size only (payload_bytes).
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Put failed (held) jobs back in the queue, due now, attempts reset. Ids that are
+    /// not held as failed are ignored and named on stderr.
+    Requeue(Ids),
+
+    /// List picked jobs whose last heartbeat is older than the threshold, stalest first.
+    Stale {
+        /// Seconds without a heartbeat.
+        #[arg(short, long, value_parser = parse_seconds, default_value = "300", value_name = "SECONDS")]
+        threshold: Duration,
+        #[command(flatten)]
+        limit: Limit,
+        #[command(flatten)]
+        json: Json,
+    },
+
+    /// List the workers (queue managers) holding picked jobs.
+    Workers(Json),
+
+    /// List the cron schedules (PgQueuer's schedules table), after removing the ones
+    /// named by --remove: an all-digit value is a schedule id, anything else an entrypoint
+    /// (all of its schedules).
+    Schedules {
+        /// Remove first (repeatable).
+        #[arg(short, long, value_name = "ID|ENTRYPOINT")]
+        remove: Vec<String>,
+        #[command(flatten)]
+        json: Json,
+    },
+
+    /// Show how many jobs wait in 'queued' per entrypoint (deferred ones included), and
+    /// how old they are.
+    Backlog(Json),
+
+    /// Count the jobs in the queue table per entrypoint, priority and status.
+    Sizes(Json),
+
+    /// Fold the log into the statistics (under PgQueuer's aggregation lock, so it never
+    /// counts a row twice against a running worker), then print throughput per
+    /// entrypoint and status over the last minute, the backlog per entrypoint and the
+    /// active workers.
+    Dashboard {
+        /// Refresh every SECONDS until Ctrl-C, clearing the screen when the output is a
+        /// terminal (default: print once).
+        #[arg(short, long, value_parser = parse_interval, value_name = "SECONDS")]
+        interval: Option<Duration>,
+        #[command(flatten)]
+        limit: Limit,
+        /// With --interval: stop after N refreshes.
+        #[arg(long, value_parser = parse_positive, requires = "interval", value_name = "N")]
+        count: Option<u64>,
+        /// One JSON object per frame (throughput, backlog, workers), one per line.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Listen on the NOTIFY channel and print each event as it arrives, one line each:
+    /// the event type, then the payload as sent. Runs until Ctrl-C.
+    Listen {
+        /// Default: the settings' channel (PGQUEUER_CHANNEL, ch_pgqueuer).
+        #[arg(long, value_name = "CHANNEL")]
+        channel: Option<String>,
+        /// Stop after N events.
+        #[arg(long, value_parser = parse_positive, value_name = "N")]
+        count: Option<u64>,
+        /// Stop after SECONDS; exit 1 if --count events had not arrived.
+        #[arg(long, value_parser = parse_seconds, value_name = "SECONDS")]
+        timeout: Option<Duration>,
+    },
+
+    /// Fold every log row into the statistics (so the counts survive), then delete log
+    /// rows older than DURATION, all in one transaction. Prints how many. (PgQueuer has
+    /// no such command; its log grows forever.)
+    PruneLog {
+        /// A number with a unit, or several: 7d, 12h, 30m, 90s, 1h30m.
+        #[arg(long, value_parser = parse_span, value_name = "DURATION")]
+        older_than: Duration,
+    },
+
+    /// Print a completion script for SHELL on stdout, e.g.
+    /// `pgq completions bash > /etc/bash_completion.d/pgq`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
-pub(crate) const fn valued(long: &'static str, short: Option<&'static str>) -> Flag {
-    Flag {
-        long,
-        short,
-        takes_value: true,
-    }
+const DURABILITY_LEVELS: &str = "\
+Levels:
+  volatile   all four tables UNLOGGED (fastest; emptied by a crash, not replicated)
+  balanced   queue and schedules LOGGED, log and statistics UNLOGGED
+  durable    all four LOGGED";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SqlCommand {
+    /// The install script (the same as 'sql upgrade').
+    Install(DurabilityArg),
+    /// The idempotent upgrade script.
+    Upgrade(DurabilityArg),
+    /// The uninstall script.
+    Uninstall,
+    /// The statements of 'pgq durability LEVEL'.
+    #[command(after_help = DURABILITY_LEVELS)]
+    Durability {
+        /// volatile, balanced or durable.
+        #[arg(value_parser = parse_durability, value_name = "LEVEL")]
+        level: Durability,
+    },
+    /// The statements of 'pgq autovac'.
+    Autovac(AutovacArgs),
 }
 
-/// A command's arguments, parsed against its flags.
-pub(crate) struct Args {
-    command: String,
-    values: Vec<(&'static str, String)>,
-    pub(crate) switches: Vec<&'static str>,
-    pub(crate) positionals: Vec<String>,
+#[derive(Debug, Args)]
+pub(crate) struct DurabilityArg {
+    /// volatile, balanced or durable (default: PGQUEUER_DURABILITY, else durable).
+    #[arg(short, long, value_parser = parse_durability, value_name = "LEVEL")]
+    pub(crate) durability: Option<Durability>,
 }
 
-impl Args {
-    pub(crate) fn parse(command: &str, flags: &[Flag], argv: Vec<String>) -> Result<Args, Failure> {
-        let mut args = Args {
-            command: command.to_owned(),
-            values: Vec::new(),
-            switches: Vec::new(),
-            positionals: Vec::new(),
-        };
-        let mut it = argv.into_iter();
-        while let Some(arg) = it.next() {
-            if arg == "--" {
-                args.positionals.extend(it.by_ref());
-                break;
-            }
-            if !arg.starts_with('-') || arg == "-" {
-                args.positionals.push(arg);
-                continue;
-            }
-            let (name, inline) = match arg.split_once('=') {
-                Some((name, value)) if name.starts_with("--") => (name, Some(value.to_owned())),
-                _ => (arg.as_str(), None),
-            };
-            let Some(flag) = flags
-                .iter()
-                .find(|f| f.long == name || f.short == Some(name))
-            else {
-                return Err(usage(
-                    command,
-                    format!("unknown option {name} for 'pgq {command}'"),
-                ));
-            };
-            if flag.takes_value {
-                let value = match inline {
-                    Some(value) => value,
-                    None => it
-                        .next()
-                        .ok_or_else(|| usage(command, format!("{name} needs a value")))?,
-                };
-                args.values.push((flag.long, value));
-            } else if inline.is_some() {
-                return Err(usage(command, format!("{name} takes no value")));
-            } else {
-                args.switches.push(flag.long);
-            }
-        }
-        Ok(args)
-    }
-
-    /// The last value given for `long`.
-    pub(crate) fn value(&self, long: &str) -> Option<&str> {
-        self.values
-            .iter()
-            .rev()
-            .find(|(name, _)| *name == long)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Every value given for `long`, in order (for repeatable options).
-    pub(crate) fn values(&self, long: &str) -> Vec<&str> {
-        self.values
-            .iter()
-            .filter(|(name, _)| *name == long)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    pub(crate) fn switch(&self, long: &str) -> bool {
-        self.switches.contains(&long)
-    }
-
-    /// Parses the value of `long` with `parse`, naming the flag in a usage error.
-    pub(crate) fn parsed<T>(
-        &self,
-        long: &str,
-        parse: impl Fn(&str) -> Result<T, String>,
-    ) -> Result<Option<T>, Failure> {
-        self.value(long)
-            .map(|v| parse(v).map_err(|why| self.bad(&format!("{long} {v:?}: {why}"))))
-            .transpose()
-    }
-
-    pub(crate) fn bad(&self, message: &str) -> Failure {
-        usage(&self.command, message)
-    }
-
-    /// Exactly `min..=max` positional arguments, named `what` in the error.
-    pub(crate) fn positionals(
-        &self,
-        min: usize,
-        max: usize,
-        what: &str,
-    ) -> Result<&[String], Failure> {
-        let n = self.positionals.len();
-        if n < min {
-            return Err(self.bad(&format!("missing {what}")));
-        }
-        if n > max {
-            return Err(self.bad(&format!("unexpected argument {:?}", self.positionals[max])));
-        }
-        Ok(&self.positionals)
-    }
-
-    pub(crate) fn none(&self) -> Result<(), Failure> {
-        self.positionals(0, 0, "").map(|_| ())
-    }
-
-    /// Positional job ids, at least one.
-    pub(crate) fn ids(&self) -> Result<Vec<i64>, Failure> {
-        let ids = self.positionals(1, usize::MAX, "job ids")?;
-        ids.iter()
-            .map(|id| {
-                id.parse::<i64>()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| self.bad(&format!("{id:?} is not a job id")))
-            })
-            .collect()
-    }
+#[derive(Debug, Args)]
+pub(crate) struct AutovacArgs {
+    /// Reset the same settings to the server defaults instead.
+    #[arg(long, overrides_with = "no_rollback")]
+    pub(crate) rollback: bool,
+    /// Apply them (the default).
+    #[arg(long, overrides_with = "rollback")]
+    pub(crate) no_rollback: bool,
 }
 
-pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
+#[derive(Debug, Args)]
+pub(crate) struct Ids {
+    /// Job ids.
+    #[arg(required = true, value_parser = parse_id, value_name = "ID")]
+    pub(crate) ids: Vec<i64>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct Limit {
+    /// At most N rows.
+    #[arg(short = 'n', long = "limit", default_value = "25", value_parser = parse_count, value_name = "N")]
+    pub(crate) limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct Json {
+    /// A JSON array.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Expect {
+    Present,
+    Absent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnConflictArg {
+    Raise,
+    Skip,
+}
+
+fn parse_durability(text: &str) -> Result<Durability, String> {
+    Durability::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_count(text: &str) -> Result<usize, String> {
     text.trim()
-        .parse::<u64>()
+        .parse::<usize>()
         .map_err(|_| "expected a whole number, 0 or more".to_owned())
 }
 
-pub(crate) fn parse_positive(text: &str) -> Result<u64, String> {
-    match parse_count(text)? {
-        0 => Err("expected a whole number, 1 or more".into()),
-        n => Ok(n),
+fn parse_positive(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a whole number, 1 or more".to_owned()),
     }
 }
 
-pub(crate) fn parse_priority(text: &str) -> Result<i32, String> {
+fn parse_priority(text: &str) -> Result<i32, String> {
     text.trim()
         .parse::<i32>()
         .map_err(|_| format!("expected a whole number from {} to {}", i32::MIN, i32::MAX))
+}
+
+fn parse_id(text: &str) -> Result<i64, String> {
+    text.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| "not a job id (a whole number, 1 or more)".to_owned())
 }
 
 /// Seconds as a decimal number, 0 or more.
@@ -187,6 +385,13 @@ pub(crate) fn parse_seconds(text: &str) -> Result<Duration, String> {
         return Err("expected a number of seconds, 0 or more".into());
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| "too long".into())
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match parse_seconds(text)? {
+        d if d.is_zero() => Err("must be more than 0 seconds".into()),
+        d => Ok(d),
+    }
 }
 
 /// A span such as `7d`, `12h`, `30m`, `90s`, `1h30m` or `1.5h`: numbers, each with a
@@ -240,17 +445,57 @@ pub(crate) fn format_span(d: Duration) -> String {
     out
 }
 
-pub(crate) fn durability_arg(args: &Args) -> Result<Durability, Failure> {
-    let level = args.positionals(1, 1, "LEVEL (volatile, balanced or durable)")?;
-    Durability::parse(&level[0]).map_err(|e| args.bad(&e.to_string()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| (*s).to_owned()).collect()
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_grouped_list_names_every_command() {
+        for sub in Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            if name == "help" {
+                continue;
+            }
+            assert!(
+                COMMANDS.contains(&format!("\n  {name} ")),
+                "{name} is missing from the grouped command list"
+            );
+        }
+    }
+
+    #[test]
+    fn globals_are_taken_anywhere() {
+        let cli = Cli::try_parse_from([
+            "pgq",
+            "queue",
+            "--dsn",
+            "postgres://x",
+            "ep",
+            "--schema=s",
+            "--",
+            "--prefix",
+        ])
+        .unwrap();
+        assert_eq!(cli.dsn.as_deref(), Some("postgres://x"));
+        assert_eq!(cli.schema.as_deref(), Some("s"));
+        assert!(cli.prefix.is_none());
+        match cli.command {
+            Command::Queue {
+                entrypoint,
+                payload,
+                ..
+            } => {
+                assert_eq!(entrypoint, "ep");
+                assert_eq!(payload.as_deref(), Some("--prefix"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -275,31 +520,6 @@ mod tests {
         assert!(parse_seconds("inf").is_err());
         assert!(parse_seconds("NaN").is_err());
         assert!(parse_seconds("soon").is_err());
-    }
-
-    #[test]
-    fn flags_take_values_inline_or_next_and_dashes_end_them() {
-        let flags = [valued("--limit", Some("-n")), switch("--json")];
-        let args = Args::parse(
-            "failed",
-            &flags,
-            strings(&["-n", "3", "--json", "--limit=4", "--", "--json"]),
-        )
-        .unwrap();
-        assert_eq!(args.value("--limit"), Some("4"));
-        assert!(args.switch("--json"));
-        assert_eq!(args.positionals, ["--json"]);
-        assert!(matches!(
-            Args::parse("failed", &flags, strings(&["--nope"])),
-            Err(Failure::Usage { .. })
-        ));
-        assert!(matches!(
-            Args::parse("failed", &flags, strings(&["--limit"])),
-            Err(Failure::Usage { .. })
-        ));
-        assert!(matches!(
-            Args::parse("failed", &flags, strings(&["--json=1"])),
-            Err(Failure::Usage { .. })
-        ));
+        assert!(parse_interval("0").is_err());
     }
 }

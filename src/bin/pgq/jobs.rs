@@ -1,59 +1,48 @@
-//! Job commands: queue, cancel, failed, requeue.
+//! Job commands: queue, job, cancel, failed, requeue.
 
-use pgqueuer::ops;
-use pgqueuer::{NewJob, OnConflict};
-use serde_json::Value;
+use std::time::Duration;
 
-use crate::args::{Args, parse_count, parse_priority, parse_seconds, switch, valued};
-use crate::output::{Cell, number, print_json, short_time, table, text};
-use crate::{Context, Failure, Outcome};
+use pgqueuer::{FailedJob, Job, LogEntry, NewJob, OnConflict};
+use serde_json::{Value, json};
 
-pub(crate) fn enqueue(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse(
-        "queue",
-        &[
-            valued("--priority", None),
-            valued("--delay", None),
-            valued("--dedupe-key", None),
-            valued("--on-conflict", None),
-        ],
-        argv,
-    )?;
-    let positionals = args.positionals(1, 2, "ENTRYPOINT")?;
-    let entrypoint = &positionals[0];
-    let mut job = match positionals.get(1) {
-        Some(payload) => NewJob::new(entrypoint.as_str(), payload.as_bytes()),
-        None => NewJob::without_payload(entrypoint.as_str()),
-    };
-    if let Some(priority) = args.parsed("--priority", parse_priority)? {
-        job = job.priority(priority);
+use crate::args::OnConflictArg;
+use crate::output::{Cell, iso_time, number, print_json, short, table, text};
+use crate::{Context, Outcome, fail};
+
+/// The arguments of `pgq queue`.
+pub(crate) struct Enqueue {
+    pub(crate) entrypoint: String,
+    pub(crate) payload: Option<String>,
+    pub(crate) priority: i32,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) dedupe_key: Option<String>,
+    pub(crate) on_conflict: OnConflictArg,
+}
+
+pub(crate) fn enqueue(ctx: &Context, args: Enqueue) -> Outcome {
+    let mut job = match args.payload {
+        Some(payload) => NewJob::new(args.entrypoint, payload.into_bytes()),
+        None => NewJob::without_payload(args.entrypoint),
     }
-    if let Some(delay) = args.parsed("--delay", parse_seconds)? {
+    .priority(args.priority);
+    if let Some(delay) = args.delay {
         job = job.execute_after(delay);
     }
-    let key = args.value("--dedupe-key");
-    if let Some(key) = key {
-        job = job.dedupe_key(key);
+    let key = args.dedupe_key.unwrap_or_default();
+    if !key.is_empty() {
+        job = job.dedupe_key(key.as_str());
     }
-    let raise = match args.value("--on-conflict").unwrap_or("raise") {
-        "raise" => true,
-        "skip" => false,
-        other => {
-            return Err(args.bad(&format!("--on-conflict {other:?}: expected raise or skip")));
-        }
-    };
     // As PgQueuer does: always skip in SQL (no error in the server log); the choice only
     // decides the exit status.
     match ctx.queue()?.enqueue_with(job, OnConflict::Skip)? {
         Some(id) => println!("Enqueued job {id}."),
-        None if raise => {
-            eprintln!("Error: duplicate dedupe_key {:?}.", key.unwrap_or_default());
-            return Err(Failure::Reported);
+        None if args.on_conflict == OnConflictArg::Raise => {
+            return Err(fail(format!(
+                "duplicate dedupe_key {key:?}: a queued or picked job holds it \
+                 (--on-conflict skip exits 0 instead)"
+            )));
         }
-        None => println!(
-            "Skipped: duplicate dedupe_key {:?}.",
-            key.unwrap_or_default()
-        ),
+        None => println!("Skipped: duplicate dedupe_key {key:?}."),
     }
     Ok(())
 }
@@ -66,70 +55,305 @@ fn report_left_out(asked: &[i64], done: &[i64], why: &str) {
         .map(i64::to_string)
         .collect();
     if !left.is_empty() {
-        eprintln!("{why}: {}", left.join(", "));
+        eprintln!("pgq: {why}: {}", left.join(", "));
     }
 }
 
-pub(crate) fn cancel(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("cancel", &[], argv)?;
-    let ids = args.ids()?;
-    let cancelled = ctx.queue()?.cancel(&ids)?;
+pub(crate) fn cancel(ctx: &Context, ids: &[i64]) -> Outcome {
+    let cancelled = ctx.queue()?.cancel(ids)?;
     println!("Cancelled {} job(s).", cancelled.len());
     report_left_out(
-        &ids,
+        ids,
         &cancelled,
-        "Not cancelled (not queued or picked: unknown, finished or failed)",
+        "not cancelled (not queued or picked: unknown, finished or failed)",
     );
     Ok(())
 }
 
-pub(crate) fn failed(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse(
-        "failed",
-        &[valued("--limit", Some("-n")), switch("--json")],
-        argv,
-    )?;
-    args.none()?;
-    let limit = args.parsed("--limit", parse_count)?.unwrap_or(25);
-    let jobs = ctx
-        .queue()?
-        .list_failed(usize::try_from(limit).unwrap_or(usize::MAX))?;
-    let items: Vec<Value> = jobs.iter().map(ops::failed_job_json).collect();
-    if args.switch("--json") {
-        print_json(items);
+pub(crate) fn requeue(ctx: &Context, ids: &[i64]) -> Outcome {
+    let requeued = ctx.queue()?.requeue_failed(ids)?;
+    println!("Re-queued {} job(s).", requeued.len());
+    report_left_out(ids, &requeued, "not re-queued (not held as failed)");
+    Ok(())
+}
+
+/// A held job as PgQueuer's `pgq failed --json` writes it: every field of the row but the
+/// payload, which is replaced by `payload_bytes` (its length; 0 when there is none), plus
+/// `dedupe_key`, which PgQueuer's job model leaves out, and the failure
+/// (`exception_type`, `exception_message`; `null` when its log row is gone).
+fn failed_job_json(held: &FailedJob) -> Value {
+    let job = &held.job;
+    json!({
+        "id": job.id,
+        "priority": job.priority,
+        "created": iso_time(job.created),
+        "updated": iso_time(job.updated),
+        "heartbeat": iso_time(job.heartbeat),
+        "execute_after": iso_time(job.execute_after),
+        "status": job.status.as_str(),
+        "entrypoint": job.entrypoint,
+        "attempts": job.attempts,
+        "queue_manager_id": job.queue_manager_id.map(|id| id.to_string()),
+        "slot": job.slot,
+        "headers": job.headers,
+        "dedupe_key": job.dedupe_key,
+        "payload_bytes": job.payload.as_ref().map_or(0, Vec::len),
+        "exception_type": held.failure.as_ref().map(|f| f.exception_type.as_str()),
+        "exception_message": held.failure.as_ref().map(|f| f.message.as_str()),
+    })
+}
+
+pub(crate) fn failed(ctx: &Context, limit: usize, json: bool) -> Outcome {
+    let jobs = ctx.queue()?.list_failed(limit)?;
+    if json {
+        print_json(jobs.iter().map(failed_job_json).collect());
         return Ok(());
     }
-    if items.is_empty() {
+    if jobs.is_empty() {
         println!("No failed jobs.");
         return Ok(());
     }
-    let rows: Vec<Vec<Cell>> = items
+    let rows: Vec<Vec<Cell>> = jobs
         .iter()
-        .map(|j| {
+        .map(|held| {
+            let job = &held.job;
             vec![
-                number(&j["id"]),
-                text(j["entrypoint"].as_str().unwrap_or_default()),
-                number(&j["attempts"]),
-                text(short_time(&j["created"])),
-                number(&j["payload_bytes"]),
+                number(&job.id),
+                text(&job.entrypoint),
+                number(&job.attempts),
+                text(short(job.updated)),
+                text(held.failure.as_ref().map_or_else(
+                    || "(no failure logged)".to_owned(),
+                    |f| one_line(&f.to_string(), 100),
+                )),
             ]
         })
         .collect();
     print!(
         "{}",
-        table(
-            &["ID", "Entrypoint", "Attempts", "Created", "Payload bytes"],
-            &rows
-        )
+        table(&["ID", "Entrypoint", "Attempts", "Failed", "Reason"], &rows)
     );
+    println!("'pgq job ID' shows a job's payload and whole traceback.");
     Ok(())
 }
 
-pub(crate) fn requeue(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("requeue", &[], argv)?;
-    let ids = args.ids()?;
-    let requeued = ctx.queue()?.requeue_failed(&ids)?;
-    println!("Re-queued {} job(s).", requeued.len());
-    report_left_out(&ids, &requeued, "Not re-queued (not held as failed)");
+/// The first line of `text`, cut to `max` characters with an ellipsis.
+fn one_line(text: &str, max: usize) -> String {
+    let first = text.lines().next().unwrap_or_default();
+    if first.chars().count() > max || text.lines().nth(1).is_some() {
+        let cut: String = first.chars().take(max).collect();
+        format!("{cut}…")
+    } else {
+        first.to_owned()
+    }
+}
+
+/// How a payload is shown: text when it is UTF-8, hex otherwise.
+fn payload_view(payload: Option<&[u8]>) -> (&'static str, String) {
+    match payload {
+        None => ("none", String::new()),
+        Some(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => ("text", text.to_owned()),
+            Err(_) => ("hex", bytes.iter().map(|b| format!("{b:02x}")).collect()),
+        },
+    }
+}
+
+fn job_json(job: &Job) -> Value {
+    let (encoding, payload) = payload_view(job.payload.as_deref());
+    json!({
+        "id": job.id,
+        "priority": job.priority,
+        "created": iso_time(job.created),
+        "updated": iso_time(job.updated),
+        "heartbeat": iso_time(job.heartbeat),
+        "execute_after": iso_time(job.execute_after),
+        "status": job.status.as_str(),
+        "entrypoint": job.entrypoint,
+        "attempts": job.attempts,
+        "queue_manager_id": job.queue_manager_id.map(|id| id.to_string()),
+        "slot": job.slot,
+        "headers": job.headers,
+        "dedupe_key": job.dedupe_key,
+        "payload_bytes": job.payload.as_ref().map(Vec::len),
+        "payload_encoding": encoding,
+        "payload": job.payload.as_ref().map(|_| payload),
+    })
+}
+
+fn log_json(entry: &LogEntry) -> Value {
+    json!({
+        "id": entry.id,
+        "created": iso_time(entry.created),
+        "status": entry.status.as_str(),
+        "priority": entry.priority,
+        "entrypoint": entry.entrypoint,
+        "traceback": entry.traceback,
+    })
+}
+
+pub(crate) fn show(ctx: &Context, id: i64, json: bool) -> Outcome {
+    let queue = ctx.queue()?;
+    let job = queue.job(id)?;
+    let history = queue.history(id)?;
+    if job.is_none() && history.is_empty() {
+        return Err(fail(format!(
+            "no job {id}: it is not in the queue table and has no log rows (an unknown id, \
+             or one whose log was pruned)"
+        )));
+    }
+    if json {
+        println!(
+            "{}",
+            json!({
+                "id": id,
+                "in_queue": job.is_some(),
+                "job": job.as_ref().map(job_json),
+                "log": history.iter().map(log_json).collect::<Vec<_>>(),
+            })
+        );
+        return Ok(());
+    }
+    match &job {
+        Some(job) => print_job(job),
+        None => {
+            let last = history.last().map_or("unknown", |e| e.status.as_str());
+            println!(
+                "Job {id} ({}) is no longer in the queue table: it ended {last}.",
+                history.first().map_or("", |e| e.entrypoint.as_str())
+            );
+        }
+    }
+    println!("\nLog ({} rows, oldest first):", history.len());
+    if history.is_empty() {
+        println!("  (none: the log was pruned, or the job was inserted without one)");
+    }
+    for entry in &history {
+        println!(
+            "  {}  {:<10}  priority {}",
+            short(entry.created),
+            entry.status.as_str(),
+            entry.priority
+        );
+        if let Some(failure) = entry.failure() {
+            println!("      {failure}");
+            for line in failure.traceback.lines() {
+                println!("      | {line}");
+            }
+        } else if let Some(traceback) = &entry.traceback {
+            println!("      traceback: {traceback}");
+        }
+    }
     Ok(())
+}
+
+fn print_job(job: &Job) {
+    println!("Job {} ({}), status {}", job.id, job.entrypoint, job.status);
+    let fields = [
+        ("priority", job.priority.to_string()),
+        ("attempts", job.attempts.to_string()),
+        ("created", short(job.created)),
+        ("updated", short(job.updated)),
+        ("execute after", short(job.execute_after)),
+        ("heartbeat", short(job.heartbeat)),
+        (
+            "worker",
+            job.queue_manager_id
+                .map_or_else(|| "-".to_owned(), |w| w.to_string()),
+        ),
+        (
+            "slot",
+            job.slot.map_or_else(|| "-".to_owned(), |s| s.to_string()),
+        ),
+        (
+            "dedupe key",
+            job.dedupe_key.clone().unwrap_or_else(|| "-".into()),
+        ),
+    ];
+    for (name, value) in fields {
+        println!("  {name:<14} {value}");
+    }
+    let (encoding, payload) = payload_view(job.payload.as_deref());
+    match &job.payload {
+        None => println!("\nPayload: none"),
+        Some(bytes) => {
+            println!("\nPayload ({} bytes, {encoding}):", bytes.len());
+            for line in payload.lines() {
+                println!("  {line}");
+            }
+        }
+    }
+    match &job.headers {
+        None => println!("\nHeaders: none"),
+        Some(headers) => println!(
+            "\nHeaders:\n  {}",
+            serde_json::to_string_pretty(headers)
+                .unwrap_or_default()
+                .replace('\n', "\n  ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use pgqueuer::{Failure, Status};
+
+    use super::*;
+
+    fn held(payload: Option<Vec<u8>>) -> FailedJob {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        FailedJob {
+            job: Job {
+                id: 7,
+                priority: 2,
+                queue_manager_id: None,
+                created: t,
+                updated: t,
+                heartbeat: t,
+                execute_after: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+                status: Status::Failed,
+                entrypoint: "email".into(),
+                dedupe_key: None,
+                payload,
+                headers: None,
+                attempts: 3,
+                slot: None,
+            },
+            failure: Some(Failure {
+                exception_type: "ValueError".into(),
+                message: "bad address".into(),
+                traceback: "Traceback ...".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn failed_job_json_replaces_the_payload_with_its_length() {
+        let v = failed_job_json(&held(Some(b"hello".to_vec())));
+        assert_eq!(v["payload_bytes"], 5);
+        assert!(v.get("payload").is_none());
+        assert_eq!(v["created"], "2023-11-14T22:13:20.123456Z");
+        assert_eq!(v["execute_after"], "2023-11-14T22:13:20Z");
+        assert_eq!(v["status"], "failed");
+        assert_eq!(v["headers"], Value::Null);
+        assert_eq!(v["attempts"], 3);
+        assert_eq!(v["exception_type"], "ValueError");
+        assert_eq!(v["exception_message"], "bad address");
+        assert_eq!(failed_job_json(&held(None))["payload_bytes"], 0);
+    }
+
+    #[test]
+    fn payloads_show_as_text_or_hex() {
+        assert_eq!(payload_view(Some(b"hi")), ("text", "hi".to_owned()));
+        assert_eq!(
+            payload_view(Some(&[0xff, 0x00, 0x10])),
+            ("hex", "ff0010".to_owned())
+        );
+        assert_eq!(payload_view(None).0, "none");
+        assert_eq!(one_line("a\nb", 10), "a…");
+        assert_eq!(one_line("abc", 2), "ab…");
+        assert_eq!(one_line("abc", 3), "abc");
+    }
 }

@@ -6,38 +6,36 @@
 //! `pgq <command> --help`.
 //!
 //! The work is done by the library (`pgqueuer::ops`, `pgqueuer::Queue`, the schema
-//! functions); these modules parse arguments and format output. Exit status: 0 on success,
-//! 1 on failure (the message on stderr), 2 on a usage error.
+//! functions); these modules parse arguments (`args`, with `clap`) and format output.
+//! Exit status: 0 on success, 1 on failure (the message on stderr), 2 on a usage error.
+//! Every message the program itself prints on stderr starts with `pgq: `.
 
 mod args;
-mod help;
 mod jobs;
 mod monitor;
 mod output;
 mod schema;
 
+use std::cell::RefCell;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use clap::{CommandFactory, Parser};
 use pgqueuer::postgres::error::SqlState;
 use pgqueuer::{Error, Queue, Settings};
 
-use crate::help::{COMMAND_HELP, USAGE, help_of};
+use crate::args::{Cli, Command};
 
 /// `application_name` of every connection `pgq` opens.
 const APPLICATION_NAME: &str = "pgq";
 
-/// Why `pgq` stops without success.
+/// Why `pgq` stops without success (exit 1). Usage errors are clap's (exit 2).
 #[derive(Debug)]
 enum Failure {
-    /// The command line is wrong (exit 2). `command` is named in the hint.
-    Usage {
-        message: String,
-        command: Option<String>,
-    },
-    /// The operation failed (exit 1).
+    /// The library failed.
     Failed(Error),
-    /// The failure was reported already (exit 1).
-    Reported,
+    /// A command's own finding, said in words.
+    Message(String),
 }
 
 impl From<Error> for Failure {
@@ -52,211 +50,149 @@ impl From<pgqueuer::postgres::Error> for Failure {
     }
 }
 
+fn fail(message: impl Into<String>) -> Failure {
+    Failure::Message(message.into())
+}
+
 type Outcome = Result<(), Failure>;
 
-fn usage(command: &str, message: impl Into<String>) -> Failure {
-    Failure::Usage {
-        message: message.into(),
-        command: Some(command.to_owned()),
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_target(false)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = e.exit_code();
+            if e.use_stderr() {
+                // clap's text starts with "error:"; every message of ours starts "pgq: ".
+                let text = e.render();
+                if std::io::stderr().is_terminal() {
+                    eprint!("pgq: {}", text.ansi());
+                } else {
+                    eprint!("pgq: {text}");
+                }
+            } else {
+                let _ = e.print();
+            }
+            return ExitCode::from(u8::try_from(code).unwrap_or(2));
+        }
+    };
+    let ctx = match Context::new(&cli) {
+        Ok(ctx) => ctx,
+        Err(e) => return report(&e, None),
+    };
+    match run(&ctx, cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => report(&failure, ctx.target.borrow().as_deref()),
     }
 }
 
-fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    match run(std::env::args().skip(1).collect()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Usage { message, command }) => {
-            let help = match command {
-                Some(command) => format!("pgq {command} --help"),
-                None => "pgq --help".to_owned(),
-            };
-            eprintln!("pgq: {message}\nTry '{help}'.");
-            ExitCode::from(2)
-        }
-        Err(Failure::Failed(e)) => {
+/// Prints a failure on stderr (with a hint where one helps) and returns exit status 1.
+fn report(failure: &Failure, target: Option<&str>) -> ExitCode {
+    match failure {
+        Failure::Failed(e) => {
             eprintln!("pgq: error: {e}");
-            if let Some(hint) = hint(&e) {
-                eprintln!("hint: {hint}");
+            if let Some(hint) = hint(e, target) {
+                eprintln!("pgq: hint: {hint}");
             }
-            ExitCode::FAILURE
         }
-        Err(Failure::Reported) => ExitCode::FAILURE,
+        Failure::Message(message) => eprintln!("pgq: error: {message}"),
     }
+    ExitCode::FAILURE
 }
 
 /// What to try next after an error, when something useful can be said.
-fn hint(e: &Error) -> Option<&'static str> {
+fn hint(e: &Error, target: Option<&str>) -> Option<String> {
     match e {
         Error::Connect { .. } | Error::ConnectionConfig(_) | Error::Pool(_) => Some(
             "check --dsn, PGQUEUER_DSN (or PGDSN, DATABASE_URL) or the PG* variables, \
-             and that the server is running and accepts this user",
+             and that the server is running and accepts this user"
+                .to_owned(),
         ),
         _ if matches!(
             e.sqlstate(),
             Some(&SqlState::UNDEFINED_TABLE | &SqlState::UNDEFINED_OBJECT)
         ) =>
         {
-            Some(
-                "is the PgQueuer schema installed here? Run 'pgq upgrade' (with the same \
-                 --prefix/--schema), or check PGQUEUER_PREFIX and PGQUEUER_SCHEMA",
-            )
+            let place = target.map_or_else(String::new, |t| format!(" in {t}"));
+            Some(format!(
+                "is the PgQueuer schema installed{place}? Run 'pgq upgrade' there (with the \
+                 same --prefix/--schema), point --dsn or PGQUEUER_DSN at the database that \
+                 has it, or check PGQUEUER_PREFIX and PGQUEUER_SCHEMA"
+            ))
         }
         _ => None,
     }
 }
 
-/// The options that apply to every command.
-struct Globals {
-    dsn: String,
-    prefix: Option<String>,
-    schema: Option<String>,
-    help: bool,
-}
-
-/// Takes the global options out of `argv` (anywhere before a `--`); returns them and
-/// what is left.
-fn split_globals(argv: Vec<String>) -> Result<(Globals, Vec<String>), Failure> {
-    let mut globals = Globals {
-        dsn: String::new(),
-        prefix: None,
-        schema: None,
-        help: false,
-    };
-    let mut rest = Vec::new();
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        if arg == "--" {
-            rest.push(arg);
-            rest.extend(args.by_ref());
-            break;
-        }
-        if arg == "-h" || arg == "--help" {
-            globals.help = true;
-            continue;
-        }
-        let (name, inline) = match arg.split_once('=') {
-            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        let slot = match name {
-            "--dsn" | "--pg-dsn" => 0,
-            "--prefix" => 1,
-            "--schema" => 2,
-            _ => {
-                rest.push(arg);
-                continue;
-            }
-        };
-        let value = match inline {
-            Some(value) => value,
-            None => args.next().ok_or_else(|| Failure::Usage {
-                message: format!("{name} needs a value"),
-                command: None,
-            })?,
-        };
-        match slot {
-            0 => globals.dsn = value,
-            1 => globals.prefix = Some(value),
-            _ => globals.schema = Some(value),
-        }
-    }
-    Ok((globals, rest))
-}
-
 /// The object names from the environment, with `--prefix` and `--schema` taking the
 /// place of `PGQUEUER_PREFIX` and `PGQUEUER_SCHEMA` (as Python's CLI does by setting
 /// them), so a name set explicitly (`PGQUEUER_QUEUE_TABLE`) still wins over the prefix.
-fn settings_of(globals: &Globals) -> Result<Settings, Failure> {
-    Ok(Settings::from_lookup(|key| match key {
-        "PGQUEUER_PREFIX" if globals.prefix.is_some() => globals.prefix.clone(),
-        "PGQUEUER_SCHEMA" if globals.schema.is_some() => globals.schema.clone(),
+fn settings_of(cli: &Cli) -> Result<Settings, Error> {
+    Settings::from_lookup(|key| match key {
+        "PGQUEUER_PREFIX" if cli.prefix.is_some() => cli.prefix.clone(),
+        "PGQUEUER_SCHEMA" if cli.schema.is_some() => cli.schema.clone(),
         _ => std::env::var(key).ok(),
-    })?)
+    })
 }
 
-fn run(argv: Vec<String>) -> Outcome {
-    let (globals, mut rest) = split_globals(argv)?;
-    if rest.first().is_some_and(|a| a == "help") {
-        rest.remove(0);
-        return match rest.first() {
-            None => {
-                print!("{USAGE}");
-                Ok(())
-            }
-            Some(command) => match help_of(command) {
-                Some(text) => {
-                    print!("{text}");
-                    Ok(())
-                }
-                None => Err(unknown_command(command)),
+fn run(ctx: &Context, command: Command) -> Outcome {
+    match command {
+        Command::Install(a) => schema::install(ctx, a.durability),
+        Command::Upgrade { plan } => schema::upgrade(ctx, plan),
+        Command::Verify { expect } => schema::verify(ctx, expect),
+        Command::Uninstall => schema::uninstall(ctx),
+        Command::Sql { what } => schema::sql(ctx, what),
+        Command::Durability { level } => schema::durability(ctx, level),
+        Command::Autovac(a) => schema::autovac(ctx, &a),
+        Command::Queue {
+            entrypoint,
+            payload,
+            priority,
+            delay,
+            dedupe_key,
+            on_conflict,
+        } => jobs::enqueue(
+            ctx,
+            jobs::Enqueue {
+                entrypoint,
+                payload,
+                priority,
+                delay,
+                dedupe_key,
+                on_conflict,
             },
-        };
-    }
-    let Some(command) = rest.first().cloned() else {
-        if globals.help {
-            print!("{USAGE}");
-            return Ok(());
+        ),
+        Command::Job { id, json } => jobs::show(ctx, id, json),
+        Command::Cancel(ids) => jobs::cancel(ctx, &ids.ids),
+        Command::Failed { limit, json } => jobs::failed(ctx, limit.limit, json),
+        Command::Requeue(ids) => jobs::requeue(ctx, &ids.ids),
+        Command::Stale {
+            threshold,
+            limit,
+            json,
+        } => monitor::stale(ctx, threshold, limit.limit, json.json),
+        Command::Workers(json) => monitor::workers(ctx, json.json),
+        Command::Schedules { remove, json } => monitor::schedules(ctx, &remove, json.json),
+        Command::Backlog(json) => monitor::backlog(ctx, json.json),
+        Command::Sizes(json) => monitor::sizes(ctx, json.json),
+        Command::Dashboard {
+            interval,
+            limit,
+            count,
+            json,
+        } => monitor::dashboard(ctx, interval, limit.limit, count, json),
+        Command::Listen {
+            channel,
+            count,
+            timeout,
+        } => monitor::listen(ctx, channel, count, timeout),
+        Command::PruneLog { older_than } => schema::prune_log(ctx, older_than),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "pgq", &mut std::io::stdout());
+            Ok(())
         }
-        return Err(Failure::Usage {
-            message: "no command given".into(),
-            command: None,
-        });
-    };
-    if command.starts_with('-') {
-        return Err(Failure::Usage {
-            message: format!("unknown option {command}"),
-            command: None,
-        });
-    }
-    rest.remove(0);
-    let Some(help) = help_of(&command) else {
-        return Err(unknown_command(&command));
-    };
-    if globals.help {
-        print!("{help}");
-        return Ok(());
-    }
-    let settings = settings_of(&globals)?;
-    let ctx = Context {
-        dsn: globals.dsn,
-        settings,
-    };
-    match command.as_str() {
-        "install" => schema::install(&ctx, rest),
-        "upgrade" => schema::upgrade(&ctx, rest),
-        "verify" => schema::verify(&ctx, rest),
-        "uninstall" => schema::uninstall(&ctx, rest),
-        "sql" => schema::sql(&ctx, rest),
-        "durability" => schema::durability(&ctx, rest),
-        "autovac" => schema::autovac(&ctx, rest),
-        "queue" => jobs::enqueue(&ctx, rest),
-        "cancel" => jobs::cancel(&ctx, rest),
-        "failed" => jobs::failed(&ctx, rest),
-        "requeue" => jobs::requeue(&ctx, rest),
-        "stale" => monitor::stale(&ctx, rest),
-        "workers" => monitor::workers(&ctx, rest),
-        "backlog" => monitor::backlog(&ctx, rest),
-        "schedules" => monitor::schedules(&ctx, rest),
-        "sizes" => monitor::sizes(&ctx, rest),
-        "dashboard" => monitor::dashboard(&ctx, rest),
-        "listen" => monitor::listen(&ctx, rest),
-        "prune-log" => schema::prune_log(&ctx, rest),
-        other => Err(unknown_command(other)),
-    }
-}
-
-fn unknown_command(command: &str) -> Failure {
-    let close = COMMAND_HELP
-        .iter()
-        .map(|(name, _)| *name)
-        .find(|name| name.starts_with(command) || command.starts_with(name));
-    let message = match close {
-        Some(name) => format!("unknown command {command:?}; did you mean '{name}'?"),
-        None => format!("unknown command {command:?}"),
-    };
-    Failure::Usage {
-        message,
-        command: None,
     }
 }
 
@@ -264,12 +200,24 @@ fn unknown_command(command: &str) -> Failure {
 struct Context {
     dsn: String,
     settings: Settings,
+    /// `user@host:port/dbname` of the last connection opened, for hints.
+    target: RefCell<Option<String>>,
 }
 
 impl Context {
+    fn new(cli: &Cli) -> Result<Context, Failure> {
+        Ok(Context {
+            dsn: cli.dsn.clone().unwrap_or_default(),
+            settings: settings_of(cli)?,
+            target: RefCell::new(None),
+        })
+    }
+
     /// One connection of its own.
     fn connect(&self) -> Result<pgqueuer::Conn, Error> {
-        pgqueuer::connect_one(&self.dsn, APPLICATION_NAME)
+        let conn = pgqueuer::connect_one(&self.dsn, APPLICATION_NAME)?;
+        *self.target.borrow_mut() = Some(conn.target());
+        Ok(conn)
     }
 
     /// A [`Queue`] on a pool of one connection.
@@ -281,33 +229,18 @@ impl Context {
             ..Default::default()
         };
         let pool = pgqueuer::connect_with(&self.dsn, &options)?;
+        if let Ok(conn) = pool.get() {
+            *self.target.borrow_mut() = Some(conn.target());
+        }
         Queue::with_settings(pool, &self.settings)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| (*s).to_owned()).collect()
+/// `sql` subcommands that take a durability level, with the settings' level otherwise.
+fn with_durability(settings: &Settings, level: Option<pgqueuer::Durability>) -> Settings {
+    let mut settings = settings.clone();
+    if let Some(level) = level {
+        settings.durability = level;
     }
-
-    #[test]
-    fn globals_are_taken_anywhere_before_dashes() {
-        let (globals, rest) = split_globals(strings(&[
-            "queue",
-            "--dsn",
-            "postgres://x",
-            "ep",
-            "--schema=s",
-            "--",
-            "--prefix",
-        ]))
-        .unwrap();
-        assert_eq!(globals.dsn, "postgres://x");
-        assert_eq!(globals.schema.as_deref(), Some("s"));
-        assert!(globals.prefix.is_none());
-        assert_eq!(rest, ["queue", "ep", "--", "--prefix"]);
-    }
+    settings
 }

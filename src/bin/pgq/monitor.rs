@@ -1,41 +1,25 @@
 //! Monitoring commands: stale, workers, backlog, sizes, dashboard, listen.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use pgqueuer::ops::{self, Aggregation};
 use pgqueuer::postgres::fallible_iterator::FallibleIterator;
 use pgqueuer::{Error, Settings};
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::args::{Args, format_span, parse_count, parse_positive, parse_seconds, switch, valued};
-use crate::output::{Cell, clock, number, print_json, short_time, table, text};
-use crate::{Context, Failure, Outcome};
+use crate::args::format_span;
+use crate::output::{
+    Cell, backlog_json, clock, number, print_json, schedule_json, short, stale_json, table, text,
+    throughput_json, worker_json,
+};
+use crate::{Context, Failure, Outcome, fail};
 
-pub(crate) fn stale(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse(
-        "stale",
-        &[
-            valued("--threshold", Some("-t")),
-            valued("--limit", Some("-n")),
-            switch("--json"),
-        ],
-        argv,
-    )?;
-    args.none()?;
-    let threshold = args
-        .parsed("--threshold", parse_seconds)?
-        .unwrap_or(Duration::from_secs(300));
-    let limit = args.parsed("--limit", parse_count)?.unwrap_or(25);
+pub(crate) fn stale(ctx: &Context, threshold: Duration, limit: usize, json: bool) -> Outcome {
     let mut conn = ctx.connect()?;
-    let jobs = ops::stale_jobs(
-        &mut *conn,
-        &ctx.settings,
-        threshold,
-        usize::try_from(limit).unwrap_or(usize::MAX),
-    )?;
-    if args.switch("--json") {
-        print_json(jobs.iter().map(ops::StaleJob::to_json).collect());
+    let jobs = ops::stale_jobs(&mut *conn, &ctx.settings, threshold, limit)?;
+    if json {
+        print_json(jobs.iter().map(stale_json).collect());
         return Ok(());
     }
     if jobs.is_empty() {
@@ -45,7 +29,6 @@ pub(crate) fn stale(ctx: &Context, argv: Vec<String>) -> Outcome {
     let rows: Vec<Vec<Cell>> = jobs
         .iter()
         .map(|j| {
-            let v = j.to_json();
             vec![
                 number(&j.id),
                 text(&j.entrypoint),
@@ -54,7 +37,7 @@ pub(crate) fn stale(ctx: &Context, argv: Vec<String>) -> Outcome {
                         .map(|id| id.to_string())
                         .unwrap_or_default(),
                 ),
-                text(short_time(&v["heartbeat"])),
+                text(short(j.heartbeat)),
                 number(&format!("{:.0}", j.seconds_since_heartbeat)),
             ]
         })
@@ -79,12 +62,11 @@ fn worker_rows(workers: &[ops::ActiveWorker]) -> Vec<Vec<Cell>> {
     workers
         .iter()
         .map(|w| {
-            let v = w.to_json();
             vec![
                 text(w.queue_manager_id.to_string()),
                 number(&w.active_jobs),
-                text(short_time(&v["oldest_heartbeat"])),
-                text(short_time(&v["newest_heartbeat"])),
+                text(short(w.oldest_heartbeat)),
+                text(short(w.newest_heartbeat)),
                 text(w.entrypoints.join(", ")),
             ]
         })
@@ -99,13 +81,11 @@ const WORKER_HEADERS: [&str; 5] = [
     "Entrypoints",
 ];
 
-pub(crate) fn workers(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("workers", &[switch("--json")], argv)?;
-    args.none()?;
+pub(crate) fn workers(ctx: &Context, json: bool) -> Outcome {
     let mut conn = ctx.connect()?;
     let active = ops::active_workers(&mut *conn, &ctx.settings)?;
-    if args.switch("--json") {
-        print_json(active.iter().map(ops::ActiveWorker::to_json).collect());
+    if json {
+        print_json(active.iter().map(worker_json).collect());
         return Ok(());
     }
     if active.is_empty() {
@@ -116,13 +96,11 @@ pub(crate) fn workers(ctx: &Context, argv: Vec<String>) -> Outcome {
     Ok(())
 }
 
-pub(crate) fn backlog(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("backlog", &[switch("--json")], argv)?;
-    args.none()?;
+pub(crate) fn backlog(ctx: &Context, json: bool) -> Outcome {
     let mut conn = ctx.connect()?;
     let ages = ops::queue_age(&mut *conn, &ctx.settings)?;
-    if args.switch("--json") {
-        print_json(ages.iter().map(ops::QueueAge::to_json).collect());
+    if json {
+        print_json(ages.iter().map(backlog_json).collect());
         return Ok(());
     }
     if ages.is_empty() {
@@ -132,11 +110,10 @@ pub(crate) fn backlog(ctx: &Context, argv: Vec<String>) -> Outcome {
     let rows: Vec<Vec<Cell>> = ages
         .iter()
         .map(|a| {
-            let v = a.to_json();
             vec![
                 text(&a.entrypoint),
                 number(&a.queued_count),
-                text(short_time(&v["oldest_created"])),
+                text(short(a.oldest_created)),
                 number(&format!("{:.0}", a.oldest_age_seconds)),
                 number(&format!("{:.0}", a.avg_age_seconds)),
             ]
@@ -158,11 +135,9 @@ pub(crate) fn backlog(ctx: &Context, argv: Vec<String>) -> Outcome {
     Ok(())
 }
 
-pub(crate) fn sizes(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("sizes", &[switch("--json")], argv)?;
-    args.none()?;
+pub(crate) fn sizes(ctx: &Context, json: bool) -> Outcome {
     let sizes = ctx.queue()?.sizes()?;
-    if args.switch("--json") {
+    if json {
         print_json(
             sizes
                 .iter()
@@ -203,27 +178,53 @@ pub(crate) fn sizes(ctx: &Context, argv: Vec<String>) -> Outcome {
 /// The window of the dashboard's throughput table.
 const DASHBOARD_WINDOW: Duration = Duration::from_secs(60);
 
-/// One dashboard frame.
-fn dashboard_frame(
-    conn: &mut pgqueuer::Conn,
-    settings: &Settings,
-    limit: usize,
-) -> Result<String, Error> {
+/// What one dashboard frame shows.
+struct Frame {
+    aggregation: String,
+    throughput: Vec<ops::Throughput>,
+    backlog: Vec<ops::QueueAge>,
+    workers: Vec<ops::ActiveWorker>,
+}
+
+/// Aggregates the log, then reads one frame.
+fn read_frame(conn: &mut pgqueuer::Conn, settings: &Settings) -> Result<Frame, Error> {
     let aggregation = match ops::aggregate_log(&mut **conn, settings)? {
         Aggregation::Folded { log_rows, .. } => format!("{log_rows} new log rows aggregated"),
         Aggregation::Busy => "another session is aggregating the log".to_owned(),
     };
-    let throughput = ops::throughput(&mut **conn, settings, DASHBOARD_WINDOW)?;
-    let backlog = ops::queue_age(&mut **conn, settings)?;
-    let workers = ops::active_workers(&mut **conn, settings)?;
+    Ok(Frame {
+        aggregation,
+        throughput: ops::throughput(&mut **conn, settings, DASHBOARD_WINDOW)?,
+        backlog: ops::queue_age(&mut **conn, settings)?,
+        workers: ops::active_workers(&mut **conn, settings)?,
+    })
+}
+
+fn frame_json(frame: &Frame, limit: usize) -> Value {
+    json!({
+        "time": crate::output::iso_time(std::time::SystemTime::now()),
+        "window_seconds": DASHBOARD_WINDOW.as_secs(),
+        "aggregation": frame.aggregation,
+        "throughput": frame.throughput.iter().take(limit).map(throughput_json).collect::<Vec<_>>(),
+        "backlog": frame.backlog.iter().take(limit).map(backlog_json).collect::<Vec<_>>(),
+        "workers": frame.workers.iter().take(limit).map(worker_json).collect::<Vec<_>>(),
+    })
+}
+
+fn frame_text(frame: &Frame, limit: usize) -> String {
     let window = DASHBOARD_WINDOW.as_secs();
-    let mut out = format!("PgQueuer dashboard, {} UTC ({aggregation})\n\n", clock());
+    let mut out = format!(
+        "PgQueuer dashboard, {} UTC ({})\n\n",
+        clock(),
+        frame.aggregation
+    );
 
     out.push_str(&format!("Throughput, last {window} s\n"));
-    if throughput.is_empty() {
+    if frame.throughput.is_empty() {
         out.push_str("  (nothing)\n");
     } else {
-        let rows: Vec<Vec<Cell>> = throughput
+        let rows: Vec<Vec<Cell>> = frame
+            .throughput
             .iter()
             .take(limit)
             .map(|t| {
@@ -243,10 +244,11 @@ fn dashboard_frame(
     }
 
     out.push_str("\nBacklog\n");
-    if backlog.is_empty() {
+    if frame.backlog.is_empty() {
         out.push_str("  (no queued jobs)\n");
     } else {
-        let rows: Vec<Vec<Cell>> = backlog
+        let rows: Vec<Vec<Cell>> = frame
+            .backlog
             .iter()
             .take(limit)
             .map(|a| {
@@ -261,47 +263,44 @@ fn dashboard_frame(
     }
 
     out.push_str("\nWorkers\n");
-    if workers.is_empty() {
+    if frame.workers.is_empty() {
         out.push_str("  (no worker holds a picked job)\n");
     } else {
-        let shown = &workers[..workers.len().min(limit)];
+        let shown = &frame.workers[..frame.workers.len().min(limit)];
         out.push_str(&table(&WORKER_HEADERS, &worker_rows(shown)));
     }
-    Ok(out)
+    out
 }
 
-pub(crate) fn dashboard(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse(
-        "dashboard",
-        &[
-            valued("--interval", Some("-i")),
-            valued("--limit", Some("-n")),
-            valued("--count", None),
-        ],
-        argv,
-    )?;
-    args.none()?;
-    let interval = args.parsed("--interval", parse_seconds)?;
-    if interval.is_some_and(|d| d.is_zero()) {
-        return Err(args.bad("--interval must be more than 0 seconds"));
-    }
-    let limit = args.parsed("--limit", parse_count)?.unwrap_or(25);
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let count = args.parsed("--count", parse_positive)?;
-    if count.is_some() && interval.is_none() {
-        return Err(args.bad("--count needs --interval (without it the dashboard prints once)"));
-    }
+/// Prints frames: once, or every `interval` (`count` times, or until Ctrl-C). On a
+/// terminal each refresh clears the screen; into a pipe or file the frames follow each
+/// other, separated by a blank line (one JSON object per line with `json`).
+pub(crate) fn dashboard(
+    ctx: &Context,
+    interval: Option<Duration>,
+    limit: usize,
+    count: Option<u64>,
+    json: bool,
+) -> Outcome {
     let mut conn = ctx.connect()?;
+    let clear = interval.is_some() && !json && std::io::stdout().is_terminal();
     let mut frames = 0u64;
     loop {
-        let frame = dashboard_frame(&mut conn, &ctx.settings, limit)?;
-        let mut stdout = std::io::stdout().lock();
-        let written = if interval.is_some() {
-            write!(stdout, "\x1b[2J\x1b[H{frame}")
+        let frame = read_frame(&mut conn, &ctx.settings)?;
+        let text = if json {
+            format!("{}\n", frame_json(&frame, limit))
+        } else if clear {
+            format!("\x1b[2J\x1b[H{}", frame_text(&frame, limit))
+        } else if frames > 0 {
+            format!("\n{}", frame_text(&frame, limit))
         } else {
-            write!(stdout, "{frame}")
+            frame_text(&frame, limit)
         };
-        if written.and_then(|()| stdout.flush()).is_err() {
+        let mut stdout = std::io::stdout().lock();
+        if write!(stdout, "{text}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
             // stdout closed (a pipe reader went away): nothing more to show.
             return Ok(());
         }
@@ -317,26 +316,17 @@ pub(crate) fn dashboard(ctx: &Context, argv: Vec<String>) -> Outcome {
 /// How long `listen` waits in silence before it checks that its connection still works.
 const LISTEN_PROBE_AFTER: Duration = Duration::from_secs(30);
 
-pub(crate) fn listen(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse(
-        "listen",
-        &[
-            valued("--channel", None),
-            valued("--count", None),
-            valued("--timeout", None),
-        ],
-        argv,
-    )?;
-    args.none()?;
-    let channel = args
-        .value("--channel")
-        .map_or_else(|| ctx.settings.channel.clone(), str::to_owned);
-    let count = args.parsed("--count", parse_positive)?;
-    let timeout = args.parsed("--timeout", parse_seconds)?;
+pub(crate) fn listen(
+    ctx: &Context,
+    channel: Option<String>,
+    count: Option<u64>,
+    timeout: Option<Duration>,
+) -> Outcome {
+    let channel = channel.unwrap_or_else(|| ctx.settings.channel.clone());
     let mut conn = ctx.connect()?;
     ops::listen(&mut *conn, &channel)?;
     let deadline = timeout.map(|t| Instant::now() + t);
-    eprintln!("Listening on channel {channel:?}; Ctrl-C to stop.");
+    eprintln!("pgq: listening on channel {channel:?}; Ctrl-C to stop.");
     let mut seen = 0u64;
     let mut quiet_since = Instant::now();
     while count.is_none_or(|c| seen < c) {
@@ -345,13 +335,10 @@ pub(crate) fn listen(ctx: &Context, argv: Vec<String>) -> Outcome {
         if let Some(deadline) = deadline {
             if now >= deadline {
                 return match count {
-                    Some(c) => {
-                        eprintln!(
-                            "pgq: timed out after {} with {seen} of {c} events",
-                            format_span(timeout.unwrap_or_default())
-                        );
-                        Err(Failure::Reported)
-                    }
+                    Some(c) => Err(fail(format!(
+                        "timed out after {} with {seen} of {c} events",
+                        format_span(timeout.unwrap_or_default())
+                    ))),
                     None => Ok(()),
                 };
             }
@@ -405,22 +392,34 @@ const SCHEDULE_HEADERS: [&str; 7] = [
     "Heartbeat",
 ];
 
-pub(crate) fn schedules(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse(
-        "schedules",
-        &[valued("--remove", Some("-r")), switch("--json")],
-        argv,
-    )?;
-    args.none()?;
+/// Splits `--remove` targets into ids (all ASCII digits) and entrypoints (the rest), as
+/// PgQueuer's `pgq schedules --remove` reads them.
+fn split_targets(targets: &[String]) -> Result<(Vec<i64>, Vec<&str>), Failure> {
+    let mut ids = Vec::new();
+    let mut entrypoints = Vec::new();
+    for target in targets {
+        if !target.is_empty() && target.bytes().all(|b| b.is_ascii_digit()) {
+            let id = target
+                .parse()
+                .map_err(|_| fail(format!("--remove {target}: too large to be a schedule id")))?;
+            ids.push(id);
+        } else {
+            entrypoints.push(target.as_str());
+        }
+    }
+    Ok((ids, entrypoints))
+}
+
+pub(crate) fn schedules(ctx: &Context, remove: &[String], json: bool) -> Outcome {
+    let (ids, entrypoints) = split_targets(remove)?;
     let mut conn = ctx.connect()?;
-    let targets = args.values("--remove");
-    if !targets.is_empty() {
-        let removed = pgqueuer::schedules::remove_targets(&mut *conn, &ctx.settings, &targets)?;
-        eprintln!("Removed {removed} schedule(s).");
+    if !remove.is_empty() {
+        let removed = pgqueuer::schedules::remove(&mut *conn, &ctx.settings, &ids, &entrypoints)?;
+        eprintln!("pgq: removed {removed} schedule(s).");
     }
     let rows = pgqueuer::schedules::list(&mut *conn, &ctx.settings)?;
-    if args.switch("--json") {
-        print_json(rows.iter().map(pgqueuer::Schedule::to_json).collect());
+    if json {
+        print_json(rows.iter().map(schedule_json).collect());
         return Ok(());
     }
     if rows.is_empty() {
@@ -430,18 +429,33 @@ pub(crate) fn schedules(ctx: &Context, argv: Vec<String>) -> Outcome {
     let cells: Vec<Vec<Cell>> = rows
         .iter()
         .map(|r| {
-            let v = r.to_json();
             vec![
                 number(&r.id),
                 text(&r.expression),
                 text(&r.entrypoint),
                 text(r.status.map_or("", pgqueuer::Status::as_str)),
-                text(short_time(&v["next_run"])),
-                text(short_time(&v["last_run"])),
-                text(short_time(&v["heartbeat"])),
+                text(short(r.next_run)),
+                text(r.last_run.map(short).unwrap_or_default()),
+                text(short(r.heartbeat)),
             ]
         })
         .collect();
     print!("{}", table(&SCHEDULE_HEADERS, &cells));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_split_into_ids_and_entrypoints() {
+        let targets: Vec<String> = ["12", "cleanup", "007", "x1", "", "-3"]
+            .map(String::from)
+            .to_vec();
+        let (ids, names) = split_targets(&targets).unwrap();
+        assert_eq!(ids, vec![12, 7]);
+        assert_eq!(names, vec!["cleanup", "x1", "", "-3"]);
+        assert!(split_targets(&["99999999999999999999".to_owned()]).is_err());
+    }
 }

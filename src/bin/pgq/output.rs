@@ -1,8 +1,10 @@
-//! Output: tables in PgQueuer's styles, JSON arrays, short timestamps.
+//! Output: tables in PgQueuer's styles, JSON in PgQueuer's shapes, timestamps.
 
 use std::time::SystemTime;
 
-use serde_json::Value;
+use pgqueuer::ops::{ActiveWorker, QueueAge, StaleJob, Throughput};
+use pgqueuer::{Schedule, Status};
+use serde_json::{Value, json};
 
 /// Table styles, as `PGQUEUER_TABLEFMT` names them.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -124,11 +126,83 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<Cell>]) -> String {
     out
 }
 
-/// An ISO 8601 timestamp from the JSON form (`2026-01-02T03:04:05.123456Z`) as PgQueuer's
-/// tables show it (`2026-01-02 03:04:05`, UTC).
-pub(crate) fn short_time(iso: &Value) -> String {
-    let iso = iso.as_str().unwrap_or_default();
+/// `t` as PgQueuer's JSON writes it (`2026-01-02T03:04:05.123456Z`).
+pub(crate) fn iso_time(t: SystemTime) -> String {
+    pgqueuer::ops::format_timestamp(t)
+}
+
+/// An ISO 8601 timestamp (`2026-01-02T03:04:05.123456Z`) as PgQueuer's tables show it
+/// (`2026-01-02 03:04:05`, UTC).
+pub(crate) fn short_time(iso: &str) -> String {
     iso.get(..19).unwrap_or(iso).replacen('T', " ", 1)
+}
+
+/// [`short_time`] of `t`.
+pub(crate) fn short(t: SystemTime) -> String {
+    short_time(&iso_time(t))
+}
+
+/// A stale job as PgQueuer's `pgq stale --json` writes it: the same keys, timestamps in
+/// ISO 8601 UTC, the worker id as a string or `null`.
+pub(crate) fn stale_json(j: &StaleJob) -> Value {
+    json!({
+        "id": j.id,
+        "priority": j.priority,
+        "queue_manager_id": j.queue_manager_id.map(|id| id.to_string()),
+        "created": iso_time(j.created),
+        "updated": iso_time(j.updated),
+        "heartbeat": iso_time(j.heartbeat),
+        "execute_after": iso_time(j.execute_after),
+        "status": j.status.as_str(),
+        "entrypoint": j.entrypoint,
+        "seconds_since_heartbeat": j.seconds_since_heartbeat,
+    })
+}
+
+/// A worker as PgQueuer's `pgq workers --json` writes it.
+pub(crate) fn worker_json(w: &ActiveWorker) -> Value {
+    json!({
+        "queue_manager_id": w.queue_manager_id.to_string(),
+        "active_jobs": w.active_jobs,
+        "oldest_heartbeat": iso_time(w.oldest_heartbeat),
+        "newest_heartbeat": iso_time(w.newest_heartbeat),
+        "entrypoints": w.entrypoints,
+    })
+}
+
+/// A backlog row as PgQueuer's `pgq backlog --json` writes it.
+pub(crate) fn backlog_json(a: &QueueAge) -> Value {
+    json!({
+        "entrypoint": a.entrypoint,
+        "queued_count": a.queued_count,
+        "oldest_created": iso_time(a.oldest_created),
+        "oldest_age_seconds": a.oldest_age_seconds,
+        "avg_age_seconds": a.avg_age_seconds,
+    })
+}
+
+/// A throughput row: `{"entrypoint", "status", "count"}`.
+pub(crate) fn throughput_json(t: &Throughput) -> Value {
+    json!({
+        "entrypoint": t.entrypoint,
+        "status": t.status.as_str(),
+        "count": t.count,
+    })
+}
+
+/// A schedule with PgQueuer's column names, timestamps in ISO 8601 UTC.
+pub(crate) fn schedule_json(s: &Schedule) -> Value {
+    json!({
+        "id": s.id,
+        "expression": s.expression,
+        "entrypoint": s.entrypoint,
+        "heartbeat": iso_time(s.heartbeat),
+        "created": iso_time(s.created),
+        "updated": iso_time(s.updated),
+        "next_run": iso_time(s.next_run),
+        "last_run": s.last_run.map(iso_time),
+        "status": s.status.map(Status::as_str),
+    })
 }
 
 pub(crate) fn print_json(items: Vec<Value>) {
@@ -147,7 +221,6 @@ pub(crate) fn clock() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn tables_align_numbers_right() {
@@ -170,12 +243,12 @@ mod tests {
     #[test]
     fn short_times_drop_the_fraction_and_zone() {
         assert_eq!(
-            short_time(&json!("2026-01-02T03:04:05.123456Z")),
+            short_time("2026-01-02T03:04:05.123456Z"),
             "2026-01-02 03:04:05"
         );
-        assert_eq!(
-            short_time(&json!("2026-01-02T03:04:05Z")),
-            "2026-01-02 03:04:05"
-        );
+        assert_eq!(short_time("2026-01-02T03:04:05Z"), "2026-01-02 03:04:05");
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_micros(1_700_000_000_123_456);
+        assert_eq!(iso_time(t), "2023-11-14T22:13:20.123456Z");
+        assert_eq!(short(t), "2023-11-14 22:13:20");
     }
 }

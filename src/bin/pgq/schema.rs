@@ -1,30 +1,26 @@
 //! Schema and maintenance commands: install, upgrade, verify, uninstall, sql,
 //! durability, autovac, prune-log.
 
+use std::time::Duration;
+
 use pgqueuer::ops::{self, Autovacuum};
 use pgqueuer::{Durability, Error, Settings};
 
-use crate::args::{Args, durability_arg, format_span, parse_span, switch, valued};
-use crate::{Context, Failure, Outcome, usage};
+use crate::args::{AutovacArgs, Expect, SqlCommand, format_span};
+use crate::{Context, Outcome, fail, with_durability};
 
-pub(crate) fn install(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("install", &[valued("--durability", Some("-d"))], argv)?;
-    args.none()?;
-    let mut settings = ctx.settings.clone();
-    if let Some(level) = args.parsed("--durability", |v| {
-        Durability::parse(v).map_err(|e| e.to_string())
-    })? {
-        settings.durability = level;
-    }
+pub(crate) fn install(ctx: &Context, durability: Option<Durability>) -> Outcome {
+    let settings = with_durability(&ctx.settings, durability);
     let mut conn = ctx.connect()?;
     let present = pgqueuer::describe_with(&mut conn, &settings)?;
     let table = format!("table {} ", settings.queue_table);
     if present.iter().any(|l| l.starts_with(&table)) {
-        eprintln!(
-            "pgq: PgQueuer is already installed ({} exists). Run 'pgq upgrade' to bring it up to date.",
+        return Err(fail(format!(
+            "PgQueuer is already installed in {} ({} exists); run 'pgq upgrade' to bring it \
+             up to date",
+            conn.target(),
             settings.queue_table
-        );
-        return Err(Failure::Reported);
+        )));
     }
     let report = pgqueuer::upgrade_with(&mut conn, &settings)?;
     println!(
@@ -35,7 +31,7 @@ pub(crate) fn install(ctx: &Context, argv: Vec<String>) -> Outcome {
     Ok(())
 }
 
-/// The upgrade script, one step per paragraph, with a header line.
+/// The whole upgrade script, one step per paragraph, with a header line.
 fn upgrade_script(settings: &Settings) -> Result<String, Error> {
     let mut out = format!(
         "-- pgqueuer-rs {}: idempotent steps converging to PgQueuer 1.6.0; run each as its own transaction\n",
@@ -48,14 +44,34 @@ fn upgrade_script(settings: &Settings) -> Result<String, Error> {
     Ok(out)
 }
 
-pub(crate) fn upgrade(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("upgrade", &[switch("--plan")], argv)?;
-    args.none()?;
-    if args.switch("--plan") {
-        print!("{}", upgrade_script(&ctx.settings)?);
+pub(crate) fn upgrade(ctx: &Context, plan: bool) -> Outcome {
+    let mut conn = ctx.connect()?;
+    if plan {
+        let plan = pgqueuer::upgrade_plan_with(&mut conn, &ctx.settings)?;
+        for note in &plan.notes {
+            eprintln!("pgq: note: {note}");
+        }
+        let statements = plan.statements;
+        if statements.is_empty() {
+            println!(
+                "-- PgQueuer schema in {} is up to date: nothing to apply.",
+                conn.target()
+            );
+            return Ok(());
+        }
+        println!(
+            "-- pgqueuer-rs {}: the {} statements {} needs to match PgQueuer 1.6.0.\n\
+             -- Computed from this database's catalog; for a script that suits any\n\
+             -- installation, use 'pgq sql upgrade'. Run each as its own transaction.\n",
+            env!("CARGO_PKG_VERSION"),
+            statements.len(),
+            conn.target()
+        );
+        for statement in statements {
+            println!("{};\n", statement.trim_end().trim_end_matches(';'));
+        }
         return Ok(());
     }
-    let mut conn = ctx.connect()?;
     let report = pgqueuer::upgrade_with(&mut conn, &ctx.settings)?;
     if report.is_noop() {
         println!("PgQueuer schema is already up to date.");
@@ -68,27 +84,24 @@ pub(crate) fn upgrade(ctx: &Context, argv: Vec<String>) -> Outcome {
     Ok(())
 }
 
-pub(crate) fn verify(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("verify", &[valued("--expect", None)], argv)?;
-    args.none()?;
-    let expect = args.value("--expect").unwrap_or("present");
-    if expect != "present" && expect != "absent" {
-        return Err(args.bad(&format!("--expect {expect:?}: expected present or absent")));
-    }
+pub(crate) fn verify(ctx: &Context, expect: Expect) -> Outcome {
     let settings = &ctx.settings;
     let mut conn = ctx.connect()?;
-    if expect == "present" {
+    if expect == Expect::Present {
         return match pgqueuer::verify_with(&mut conn, settings) {
             Ok(()) => {
                 println!("All required PgQueuer database objects are present.");
                 Ok(())
             }
-            Err(Error::Schema { missing }) => {
-                for object in missing {
+            Err(Error::Schema { missing, .. }) => {
+                for object in &missing {
                     println!("missing {object}");
                 }
-                eprintln!("pgq: run 'pgq upgrade' to create the missing objects");
-                Err(Failure::Reported)
+                Err(fail(format!(
+                    "{} objects are missing in {}; run 'pgq upgrade' to create them",
+                    missing.len(),
+                    conn.target()
+                )))
             }
             Err(e) => Err(e.into()),
         };
@@ -112,104 +125,57 @@ pub(crate) fn verify(ctx: &Context, argv: Vec<String>) -> Outcome {
         println!("No PgQueuer database objects found.");
         return Ok(());
     }
-    for line in ours {
+    for line in &ours {
         println!(
             "unexpected {}",
             line.split(" persistence=").next().unwrap_or(line)
         );
     }
-    Err(Failure::Reported)
+    Err(fail(format!(
+        "{} PgQueuer objects exist in {}",
+        ours.len(),
+        conn.target()
+    )))
 }
 
-pub(crate) fn uninstall(ctx: &Context, argv: Vec<String>) -> Outcome {
-    Args::parse("uninstall", &[], argv)?.none()?;
+pub(crate) fn uninstall(ctx: &Context) -> Outcome {
     let mut conn = ctx.connect()?;
     pgqueuer::uninstall_with(&mut conn, &ctx.settings)?;
     println!("Removed every PgQueuer object.");
     Ok(())
 }
 
-pub(crate) fn sql(ctx: &Context, mut argv: Vec<String>) -> Outcome {
-    if argv.is_empty() || argv[0].starts_with('-') {
-        return Err(usage(
-            "sql",
-            "missing what to print: install, upgrade, uninstall, durability or autovac",
-        ));
-    }
-    let what = argv.remove(0);
-    let mut settings = ctx.settings.clone();
-    let script = match what.as_str() {
-        "install" | "upgrade" => {
-            let args = Args::parse("sql", &[valued("--durability", Some("-d"))], argv)?;
-            args.none()?;
-            if let Some(level) = args.parsed("--durability", |v| {
-                Durability::parse(v).map_err(|e| e.to_string())
-            })? {
-                settings.durability = level;
-            }
-            upgrade_script(&settings)?
+pub(crate) fn sql(ctx: &Context, what: SqlCommand) -> Outcome {
+    let script = match what {
+        SqlCommand::Install(a) | SqlCommand::Upgrade(a) => {
+            upgrade_script(&with_durability(&ctx.settings, a.durability))?
         }
-        "uninstall" => {
-            Args::parse("sql", &[], argv)?.none()?;
-            pgqueuer::uninstall_sql(&settings)?
-        }
-        "durability" => {
-            let args = Args::parse("sql", &[], argv)?;
-            ops::durability_sql(&settings, durability_arg(&args)?)?
-        }
-        "autovac" => {
-            let args = Args::parse(
-                "sql",
-                &[switch("--rollback"), switch("--no-rollback")],
-                argv,
-            )?;
-            args.none()?;
-            ops::autovacuum_sql(&settings, autovacuum_mode(&args))?
-        }
-        other => {
-            return Err(usage(
-                "sql",
-                format!(
-                    "unknown SQL {other:?}: expected install, upgrade, uninstall, durability or autovac"
-                ),
-            ));
-        }
+        SqlCommand::Uninstall => pgqueuer::uninstall_sql(&ctx.settings)?,
+        SqlCommand::Durability { level } => ops::durability_sql(&ctx.settings, level)?,
+        SqlCommand::Autovac(a) => ops::autovacuum_sql(&ctx.settings, autovacuum_mode(&a))?,
     };
     print!("{script}");
     Ok(())
 }
 
-pub(crate) fn durability(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("durability", &[], argv)?;
-    let level = durability_arg(&args)?;
+pub(crate) fn durability(ctx: &Context, level: Durability) -> Outcome {
     let mut conn = ctx.connect()?;
     ops::set_durability(&mut *conn, &ctx.settings, level)?;
     println!("Set PgQueuer durability to {}.", level.as_str());
     Ok(())
 }
 
-fn autovacuum_mode(args: &Args) -> Autovacuum {
-    // The last of --rollback / --no-rollback wins, as with any repeated flag.
-    let rollback = args
-        .switches
-        .iter()
-        .rev()
-        .find(|s| **s == "--rollback" || **s == "--no-rollback");
-    if rollback == Some(&"--rollback") {
+/// `--rollback` and `--no-rollback` override each other, so the last one given wins.
+fn autovacuum_mode(args: &AutovacArgs) -> Autovacuum {
+    if args.rollback {
         Autovacuum::Reset
     } else {
         Autovacuum::Tune
     }
 }
 
-pub(crate) fn autovac(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse(
-        "autovac",
-        &[switch("--rollback"), switch("--no-rollback")],
-        argv,
-    )?;
-    args.none()?;
-    let mode = autovacuum_mode(&args);
+pub(crate) fn autovac(ctx: &Context, args: &AutovacArgs) -> Outcome {
+    let mode = autovacuum_mode(args);
     let mut conn = ctx.connect()?;
     ops::autovacuum(&mut *conn, &ctx.settings, mode)?;
     println!(
@@ -222,12 +188,7 @@ pub(crate) fn autovac(ctx: &Context, argv: Vec<String>) -> Outcome {
     Ok(())
 }
 
-pub(crate) fn prune_log(ctx: &Context, argv: Vec<String>) -> Outcome {
-    let args = Args::parse("prune-log", &[valued("--older-than", None)], argv)?;
-    args.none()?;
-    let Some(older_than) = args.parsed("--older-than", parse_span)? else {
-        return Err(args.bad("--older-than DURATION is required (e.g. --older-than 7d)"));
-    };
+pub(crate) fn prune_log(ctx: &Context, older_than: Duration) -> Outcome {
     let mut conn = ctx.connect()?;
     let pruned = ops::prune_log(&mut *conn, &ctx.settings, older_than)?;
     println!(

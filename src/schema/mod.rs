@@ -14,40 +14,47 @@ use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::sql;
 
+mod plan;
+
+pub use plan::UpgradePlan;
+
 /// The migration steps, in order: (name, SQL template).
 const MIGRATIONS: [(&str, &str); 9] = [
     (
         "001_status_enum",
-        include_str!("../migrations/001_status_enum.sql"),
+        include_str!("../../migrations/001_status_enum.sql"),
     ),
     (
         "002_queue_table",
-        include_str!("../migrations/002_queue_table.sql"),
+        include_str!("../../migrations/002_queue_table.sql"),
     ),
     (
         "003_log_table",
-        include_str!("../migrations/003_log_table.sql"),
+        include_str!("../../migrations/003_log_table.sql"),
     ),
     (
         "004_statistics_table",
-        include_str!("../migrations/004_statistics_table.sql"),
+        include_str!("../../migrations/004_statistics_table.sql"),
     ),
     (
         "005_schedules_table",
-        include_str!("../migrations/005_schedules_table.sql"),
+        include_str!("../../migrations/005_schedules_table.sql"),
     ),
     (
         "006_widen_ids",
-        include_str!("../migrations/006_widen_ids.sql"),
+        include_str!("../../migrations/006_widen_ids.sql"),
     ),
-    ("007_indexes", include_str!("../migrations/007_indexes.sql")),
+    (
+        "007_indexes",
+        include_str!("../../migrations/007_indexes.sql"),
+    ),
     (
         "008_function_trigger",
-        include_str!("../migrations/008_function_trigger.sql"),
+        include_str!("../../migrations/008_function_trigger.sql"),
     ),
     (
         "009_drop_retired",
-        include_str!("../migrations/009_drop_retired.sql"),
+        include_str!("../../migrations/009_drop_retired.sql"),
     ),
 ];
 
@@ -108,6 +115,11 @@ pub fn upgrade(client: &mut Client) -> Result<UpgradeReport> {
 pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeReport> {
     let steps = upgrade_sql(settings)?;
     let key = settings.upgrade_lock_key();
+    // The steps restate every object behind IF NOT EXISTS guards, and PostgreSQL tells
+    // the client about each one it skips: dozens of NOTICE lines on every start of every
+    // program that upgrades from a startup hook. What changed is in the report instead.
+    let messages: String = client.query_one(sql::CLIENT_MIN_MESSAGES, &[])?.get(0);
+    client.execute(sql::SET_CLIENT_MIN_MESSAGES, &[&"warning"])?;
     client.execute(sql::ADVISORY_LOCK, &[&key])?;
     let result = (|| -> Result<UpgradeReport> {
         let before = describe_with(client, settings)?;
@@ -120,8 +132,10 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
         })
     })();
     let unlocked = client.execute(sql::ADVISORY_UNLOCK, &[&key]);
+    let restored = client.execute(sql::SET_CLIENT_MIN_MESSAGES, &[&messages]);
     let report = result?;
     unlocked?;
+    restored?;
     if !report.is_noop() {
         log::info!(
             "pgqueuer schema upgraded: {} catalog changes",
@@ -129,6 +143,19 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
         );
     }
     Ok(report)
+}
+
+/// The statements `client`'s database still needs to match PgQueuer 1.6.0's catalog for
+/// `settings`, read from its catalog without changing anything: what
+/// [`upgrade_with`] would change, and PgQueuer's `pgq upgrade --plan` would print. Empty
+/// when the schema is up to date. ([`upgrade_sql`] is the whole script instead, the same
+/// for every database.)
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when the catalog cannot be
+/// read.
+pub fn upgrade_plan_with(client: &mut Client, settings: &Settings) -> Result<UpgradePlan> {
+    plan::plan(client, settings)
 }
 
 /// The catalog facts of the schema holding the objects of `settings`, one line each,
