@@ -3,8 +3,9 @@
 //!
 //! Run: `cargo run --example quickstart`
 //!
-//! Connects to `PGQUEUER_DSN` (or `DATABASE_URL`) when set; otherwise to a database
-//! `pgqueuer_quickstart` on 127.0.0.1:5432 as `postgres`, which it creates if missing.
+//! Connects to `PGQUEUER_DSN`, `PGDSN` or `DATABASE_URL` (the first one set), as the
+//! library does; when none is set, to a database `pgqueuer_quickstart` on 127.0.0.1:5432
+//! as `postgres`, which it creates if missing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,8 +14,13 @@ use std::time::{Duration, Instant};
 use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
 
 fn dsn() -> Result<String, pgqueuer::Error> {
-    if let Ok(dsn) = std::env::var("PGQUEUER_DSN").or_else(|_| std::env::var("DATABASE_URL")) {
-        return Ok(dsn);
+    for var in ["PGQUEUER_DSN", "PGDSN", "DATABASE_URL"] {
+        if let Ok(dsn) = std::env::var(var)
+            && !dsn.trim().is_empty()
+        {
+            println!("connecting to {var}");
+            return Ok(dsn);
+        }
     }
     // Make the quickstart's own database on the local server.
     let admin = pgqueuer::connect("postgres://postgres@127.0.0.1:5432/postgres")?;
@@ -69,11 +75,11 @@ fn main() -> Result<(), pgqueuer::Error> {
         images.len()
     );
 
-    // 3. A worker: handlers run on a fixed thread pool; `resize` is limited to 2 at once.
+    // 3. A worker: handlers run on a fixed thread pool (10 threads by default, each
+    //    claim up to 10 jobs); `resize` is limited to 2 at once across every worker.
     let done = Arc::new(AtomicUsize::new(0));
     let (d1, d2) = (done.clone(), done.clone());
     let worker = Worker::builder(pool)
-        .threads(4)
         .entrypoint("email", move |job, _ctx| {
             let _address = job.payload_str().unwrap_or_default();
             d1.fetch_add(1, Ordering::Relaxed);

@@ -7,7 +7,7 @@
 //!   --dsn DSN                 connection (default: PGQUEUER_DSN, DATABASE_URL, PG* variables)
 //!   --entrypoint NAME[:LIMIT[:MILLIS]]   handle NAME, at most LIMIT at once (0 = no limit),
 //!                             each job sleeping MILLIS (repeatable; default `default:0:0`)
-//!   --threads N               executor threads (default 4)
+//!   --threads N               executor threads (default 10, the library's)
 //!   --batch N                 most jobs per claim (default 10)
 //!   --heartbeat-timeout SECS  (default 30)
 //!   --dequeue-timeout SECS    (default 30)
@@ -44,7 +44,7 @@ fn parse() -> Result<Options, String> {
     let mut o = Options {
         dsn: String::new(),
         entrypoints: Vec::new(),
-        threads: 4,
+        threads: 10,
         batch: 10,
         heartbeat_timeout: 30.0,
         dequeue_timeout: 30.0,
@@ -86,7 +86,7 @@ fn parse() -> Result<Options, String> {
             "--drain" => o.drain = true,
             "--record" => o.record = true,
             "--quiet" => o.quiet = true,
-            "-h" | "--help" => return Err(String::new()),
+            "-h" | "--help" => return Err(HELP.to_owned()),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -96,14 +96,39 @@ fn parse() -> Result<Options, String> {
     Ok(o)
 }
 
+/// `--help`: the options above, as this file's header lists them.
+const HELP: &str = "\
+worker: a configurable worker process (examples/worker.rs)
+
+usage: worker [OPTIONS]
+
+  --dsn DSN                 connection (default: PGQUEUER_DSN, PGDSN, DATABASE_URL, PG* variables)
+  --entrypoint NAME[:LIMIT[:MILLIS]]
+                            handle NAME, at most LIMIT at once (0 = no limit), each job
+                            sleeping MILLIS (repeatable; default `default:0:0`)
+  --threads N               executor threads (default 10)
+  --batch N                 most jobs per claim (default 10)
+  --heartbeat-timeout SECS  (default 30)
+  --dequeue-timeout SECS    (default 30)
+  --enqueue N               enqueue N jobs spread over the entrypoints first
+  --drain                   stop when the queue is empty (default: run until signalled)
+  --record                  record each run in table pgqueuer_example_runs
+                            (job_id, entrypoint, started, finished, pid) for checks
+  --quiet                   no progress lines
+  -h, --help                this text
+
+SIGINT or SIGTERM stops it cleanly: running jobs finish first.";
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let options = match parse() {
         Ok(o) => o,
+        Err(message) if message == HELP => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
         Err(message) => {
-            eprintln!(
-                "{message}\nusage: worker [--dsn DSN] [--entrypoint NAME[:LIMIT[:MILLIS]]]... [--threads N] [--batch N] [--enqueue N] [--drain] [--record] [--quiet]"
-            );
+            eprintln!("worker: {message}\nRun 'worker --help' for the options.");
             return ExitCode::from(2);
         }
     };

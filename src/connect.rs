@@ -348,7 +348,8 @@ fn check_scheme(dsn: &str) -> Result<()> {
     let Some((scheme, _)) = dsn.trim().split_once("://") else {
         return Ok(()); // the key=value form
     };
-    if scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql") {
+    // The driver reads these two, in lower case only.
+    if scheme == "postgres" || scheme == "postgresql" {
         return Ok(());
     }
     Err(Error::ConnectionConfig(format!(
@@ -441,7 +442,8 @@ mod tests {
             "{text}"
         );
         assert!(resolve("postgresql://u@h/db", &[]).is_ok());
-        assert!(resolve("POSTGRES://u@h/db", &[]).is_ok());
+        let upper = resolve("POSTGRES://u@h/db", &[]).unwrap_err().to_string();
+        assert!(upper.contains("use a postgres://"), "{upper}");
         assert!(resolve("host=h dbname=db", &[]).is_ok());
     }
 

@@ -63,10 +63,14 @@ pub enum Error {
     /// The database lacks objects this crate needs. Every missing or outdated object is
     /// named. Call `upgrade()` (or `pgq upgrade`) to fix it.
     #[error(
-        "the PgQueuer schema is missing or outdated: {}; run pgqueuer::upgrade() or `pgq upgrade`",
+        "the PgQueuer schema in database {database:?} is missing or outdated: {}; run \
+         pgqueuer::upgrade() or `pgq upgrade` on it (or connect to the database that has it)",
         .missing.join(", ")
     )]
     Schema {
+        /// The database checked (`current_database()`), since the wrong one is a common
+        /// cause: a DSN that was not set, and a default database that is the user's name.
+        database: String,
         /// One entry per missing object, e.g. `column pgqueuer.slot`.
         missing: Vec<String>,
     },
@@ -171,7 +175,11 @@ impl Error {
                 .field("field", field)
                 .field("reason", reason)
                 .finish(),
-            Error::Schema { missing } => f.debug_struct(name).field("missing", missing).finish(),
+            Error::Schema { database, missing } => f
+                .debug_struct(name)
+                .field("database", database)
+                .field("missing", missing)
+                .finish(),
             Error::DuplicateJob { keys, source } => f
                 .debug_struct(name)
                 .field("keys", keys)
@@ -254,6 +262,7 @@ mod tests {
     #[test]
     fn debug_reads_like_display_and_names_the_variant() {
         let e = Error::Schema {
+            database: "app".into(),
             missing: vec!["column pgqueuer.slot".into()],
         };
         let debug = format!("{e:?}");

@@ -9,18 +9,37 @@
 //! ```no_run
 //! # fn main() -> Result<(), pgqueuer::Error> {
 //! use std::time::Duration;
-//! use pgqueuer::{NewJob, Queue};
+//! use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
 //!
+//! // A pool, and the schema installed or brought up to date (safe from every process).
 //! let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
 //! pgqueuer::upgrade(pool.get()?.client())?;
 //!
-//! let queue = Queue::new(pool);
-//! let id = queue.enqueue(NewJob::new("email", b"hello".to_vec()).priority(5))?;
+//! // Produce: one statement per batch.
+//! let queue = Queue::new(pool.clone());
+//! let id = queue.enqueue(NewJob::new("email", b"to=a@example.com".to_vec()).priority(5))?;
+//!
+//! // Consume: handlers on a thread pool; `resize` runs at most 2 at once across every
+//! // worker, Rust or Python.
+//! let worker = Worker::builder(pool)
+//!     .entrypoint("email", |job, _ctx| {
+//!         let _to = job.payload_str().ok_or("the payload is not UTF-8")?;
+//!         Ok(())
+//!     })
+//!     .entrypoint_with("resize", EntrypointOptions::new().concurrency_limit(2), |_job, _ctx| Ok(()))
+//!     .build()?; // refuses a database without the capacity-slot column and index
+//! let stop = worker.shutdown_handle(); // stop.shutdown() from any thread, e.g. on SIGTERM
+//! let running = worker.start()?; // or worker.run() to block this thread
 //! let statuses = queue.wait_for(&[id], Duration::from_secs(30))?;
-//! # let _ = statuses;
+//! # let _ = (statuses, stop);
+//! running.join()?; // running handlers finish, every outcome is written
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Install a logger (`env_logger::init()`, or any `log` implementation): the worker logs
+//! each failed job at `warn` with its id, entrypoint and cause chain. Without one it
+//! prints failures on stderr so that they are never silent.
 //!
 //! # Producing
 //!

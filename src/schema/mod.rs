@@ -203,7 +203,8 @@ pub fn verify_with(client: &mut Client, settings: &Settings) -> Result<()> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(Error::Schema { missing })
+        let database = client.query_one(sql::CURRENT_DATABASE, &[])?.get(0);
+        Err(Error::Schema { database, missing })
     }
 }
 

@@ -425,9 +425,17 @@ $pgq$"
             if name == statistics_index && !self.created.contains(&table) {
                 self.out.statements.push(sql::statistics_fold(s));
             }
-            self.out
-                .statements
-                .push(line.trim_start_matches("index ").to_owned());
+            // The definition as pg_get_indexdef wrote it, on the table as the settings
+            // name it (`ON pgqueuer`, not `ON public.pgqueuer`).
+            let definition = line.trim_start_matches("index ");
+            let definition = match definition.split_once(" ON ") {
+                Some((head, rest)) => {
+                    let tail = rest.split_once(' ').map_or("", |(_, tail)| tail);
+                    format!("{head} ON {} {tail}", s.qualify(&table))
+                }
+                None => definition.to_owned(),
+            };
+            self.out.statements.push(definition);
         }
     }
 }

@@ -14,6 +14,8 @@ pub(crate) const ADVISORY_LOCK: &str = "SELECT pg_advisory_lock($1)";
 pub(crate) const ADVISORY_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 /// The schema unqualified names resolve to.
 pub(crate) const CURRENT_SCHEMA: &str = "SELECT current_schema()::text";
+/// The session's database.
+pub(crate) const CURRENT_DATABASE: &str = "SELECT current_database()::text";
 /// Whether the schema `$1` exists.
 pub(crate) const SCHEMA_EXISTS: &str =
     "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)";

@@ -225,6 +225,13 @@ fn idle(run: &Run, ch: &Channels, next_due: Option<Duration>, rng: &mut Jitter) 
         Some(due) => due.clamp(MIN_POLL, run.inner.dequeue_timeout),
         None => run.inner.dequeue_timeout,
     };
+    if run.drain && timeout > MIN_POLL {
+        log::info!(
+            "pgqueuer drain: nothing is due, but a queued job is deferred (due in {:?}); \
+             waiting {timeout:?} before looking again (run_until_empty waits for deferred jobs)",
+            next_due.unwrap_or_default()
+        );
+    }
     // Until then no thread claims unless the listener reports a change: threads coming
     // back from their jobs would otherwise each run a claim that finds nothing.
     run.set_quiet(timeout);
@@ -409,13 +416,10 @@ fn execute(run: &Run, job: Job, ch: &Channels, rng: &mut Jitter) {
         );
         return;
     }
-    log::warn!(
+    super::warn_always(format_args!(
         "job {} ({}) failed: {}: {}",
-        job.id,
-        job.entrypoint,
-        failure.type_name,
-        failure.traceback
-    );
+        job.id, job.entrypoint, failure.type_name, failure.traceback
+    ));
     run.counters.failed.fetch_add(1, Ordering::Relaxed);
     let status = match entry.options.on_failure {
         super::OnFailure::Delete => Status::Exception,

@@ -37,6 +37,36 @@ const POOL_CONNECTIONS: u32 = 3;
 const MAX_CLAIMERS: u32 = 2;
 
 /// Builds a [`Worker`]. Every default is PgQueuer's where PgQueuer has one.
+///
+/// ```no_run
+/// # fn main() -> Result<(), pgqueuer::Error> {
+/// use std::time::Duration;
+/// use pgqueuer::{EntrypointOptions, OnFailure, RetryPolicy, Worker};
+///
+/// let pool = pgqueuer::connect("")?; // PGQUEUER_DSN, PGDSN, DATABASE_URL or PG*
+/// let worker = Worker::builder(pool)
+///     .threads(16) // at most 16 jobs at once
+///     .batch_size(16) // each claim takes up to 16 (never more than idle threads)
+///     .heartbeat_timeout(Duration::from_secs(30))
+///     .entrypoint("email", |_job, _ctx| Ok(()))
+///     .entrypoint_with(
+///         "pdf",
+///         EntrypointOptions::new()
+///             .concurrency_limit(4)
+///             .on_failure(OnFailure::Hold)
+///             .retry(RetryPolicy::exponential(5, Duration::from_secs(1), Duration::from_secs(300))),
+///         |_job, ctx| {
+///             if ctx.is_cancelled() {
+///                 return Ok(());
+///             }
+///             Ok(())
+///         },
+///     )
+///     .build()?;
+/// # let _ = worker;
+/// # Ok(())
+/// # }
+/// ```
 pub struct WorkerBuilder {
     pool: Pool,
     settings: Settings,
@@ -53,14 +83,22 @@ pub struct WorkerBuilder {
 }
 
 impl WorkerBuilder {
-    /// Executor threads, each running one job at a time. Defaults to 4.
+    /// Executor threads, each running one job at a time: the most jobs this worker runs
+    /// at once. Defaults to 10, the default [`WorkerBuilder::batch_size`], so that a claim
+    /// can take a full batch: a claim never takes more jobs than there are idle threads.
+    ///
+    /// Threads are cheap (the worker holds a fixed few pool connections whatever their
+    /// number). PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)`
+    /// and `batch_size(batch)`: each of its jobs runs as a task of its own.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = threads;
         self
     }
 
-    /// Most jobs one claim takes (never more than there are idle threads). Defaults to 10.
+    /// Most jobs one claim takes; a claim never takes more than there are idle threads,
+    /// so a batch size above [`WorkerBuilder::threads`] cannot be reached (`build()` logs
+    /// a warning). Defaults to 10, as PgQueuer's.
     #[must_use]
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
@@ -187,6 +225,16 @@ impl WorkerBuilder {
             if value.is_zero() {
                 return Err(Error::invalid(name, "must be positive"));
             }
+        }
+        if self.batch_size > self.threads {
+            log::warn!(
+                "pgqueuer worker: batch_size({}) is larger than threads({}); a claim takes \
+                 at most one job per idle thread, so batches stay at {}: raise threads to \
+                 run more jobs at once",
+                self.batch_size,
+                self.threads,
+                self.threads
+            );
         }
         if self.max_concurrent_tasks == Some(0) {
             return Err(Error::invalid("max_concurrent_tasks", "must be at least 1"));
@@ -441,6 +489,28 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A worker: build it with [`Worker::builder`], then [`Worker::run`] it (blocking) or
 /// [`Worker::start`] it in the background.
+///
+/// ```no_run
+/// # fn main() -> Result<(), pgqueuer::Error> {
+/// use pgqueuer::Worker;
+///
+/// let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
+/// let worker = Worker::builder(pool)
+///     .entrypoint("hello", |job, _ctx| {
+///         println!("hello {}", job.payload_str().unwrap_or("?"));
+///         Ok(())
+///     })
+///     .build()?;
+/// let stop = worker.shutdown_handle();
+/// std::thread::spawn(move || {
+///     std::thread::sleep(std::time::Duration::from_secs(60));
+///     stop.shutdown(); // from a signal handler, another thread, anywhere
+/// });
+/// let summary = worker.run()?; // blocks until shutdown
+/// println!("{} jobs succeeded", summary.succeeded);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Worker {
     inner: Arc<Inner>,
     shutdown: ShutdownHandle,
@@ -464,7 +534,7 @@ impl Worker {
         WorkerBuilder {
             pool,
             settings: Settings::default(),
-            threads: 4,
+            threads: 10,
             batch_size: 10,
             heartbeat_timeout: Duration::from_secs(30),
             dequeue_timeout: Duration::from_secs(30),
@@ -496,8 +566,12 @@ impl Worker {
         self.run_mode(false)
     }
 
-    /// Runs until nothing is queued for this worker's entrypoints (deferred jobs count)
-    /// and nothing is running, then stops as [`Worker::run`] does.
+    /// Runs until nothing is queued for this worker's entrypoints and nothing is running,
+    /// then stops as [`Worker::run`] does.
+    ///
+    /// Deferred jobs count as queued: a job due in an hour keeps this running for an hour
+    /// (it waits for the due time, looking again at least every `dequeue_timeout`, and
+    /// logs at `info` that it is waiting and how long).
     ///
     /// # Errors
     /// As [`Worker::run`].
@@ -544,6 +618,12 @@ impl Worker {
         // Each executor holds a sender; when all have exited the receivers disconnect,
         // which tells the helper threads that no job can start or finish any more.
         let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);
+        if no_logger() {
+            eprintln!(
+                "pgqueuer: no logger is installed, so the worker prints job failures here and \
+                 nothing else; install one (for example `env_logger::init()`) to see its log"
+            );
+        }
         log::info!(
             "pgqueuer worker {} starting: {} threads, entrypoints {:?}",
             inner.claimer.worker_id(),
@@ -605,6 +685,21 @@ impl Worker {
             return Err(Error::Worker(format!("{panicked} worker threads panicked")));
         }
         Ok(summary)
+    }
+}
+
+/// True when no logger is installed: `log`'s max level is `Off`, as it is until a logger
+/// is set up (`env_logger::init()` and its kin raise it).
+fn no_logger() -> bool {
+    log::max_level() == log::LevelFilter::Off
+}
+
+/// Logs at `warn`, and with no logger installed prints to stderr as well, as Python's
+/// `logging` does with its last-resort handler: a failing handler must never go unseen.
+pub(crate) fn warn_always(message: std::fmt::Arguments<'_>) {
+    log::warn!("{message}");
+    if no_logger() {
+        eprintln!("pgqueuer: {message}");
     }
 }
 

@@ -1131,3 +1131,70 @@ fn failed_and_job_show_reasons_payloads_and_history() {
     assert_eq!(queue.job(held).unwrap().unwrap().status, Status::Failed);
     assert!(queue.history(999_999).unwrap().is_empty());
 }
+
+/// `pgq upgrade --plan` prints the delta this database needs: nothing on an up-to-date
+/// database, the install on an empty one, a few statements on a 1.3.2 one; it changes
+/// nothing.
+#[test]
+fn upgrade_plan_prints_only_what_this_database_needs() {
+    let current = TestDb::new();
+    let out = pgq(&current, &["upgrade", "--plan"]).ok();
+    assert!(out.contains("is up to date: nothing to apply"), "{out}");
+    assert!(!out.contains("CREATE") && !out.contains("ALTER"), "{out}");
+
+    let empty = crate::harness::TestDb::empty();
+    let out = pgq(&empty, &["upgrade", "--plan"]).ok();
+    assert!(
+        out.contains("CREATE TABLE IF NOT EXISTS pgqueuer ("),
+        "{out}"
+    );
+    let mut client = empty.client();
+    assert!(describe_nothing(&mut client), "--plan changed the database");
+
+    let old = crate::harness::TestDb::empty();
+    let mut client = old.client();
+    client
+        .batch_execute(&crate::harness::fixture("pgqueuer-1.3.2.sql"))
+        .unwrap();
+    let out = pgq(&old, &["upgrade", "--plan"]).ok();
+    assert!(
+        out.contains("\nALTER TABLE pgqueuer ADD COLUMN slot bigint;\n")
+            && out.contains("CREATE INDEX pgqueuer_picked_heartbeat_idx ON pgqueuer USING btree")
+            && !out.contains("CREATE TABLE"),
+        "{out}"
+    );
+    assert!(
+        pgqueuer::verify(&mut client).is_err(),
+        "--plan applied something"
+    );
+}
+
+fn describe_nothing(client: &mut Client) -> bool {
+    pgqueuer::describe_with(client, &Settings::default())
+        .unwrap()
+        .is_empty()
+}
+
+/// On a database without the schema, a command's error names that database and says how
+/// to get the schema there (the easy mistake: no DSN, and a default database that is the
+/// user's name).
+#[test]
+fn a_missing_schema_names_the_database_it_looked_in() {
+    let empty = crate::harness::TestDb::empty();
+    let run = pgq(&empty, &["sizes"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("relation \"pgqueuer\" does not exist")
+            && run.stderr.contains(&format!("/{}?", empty.name))
+            && run.stderr.contains("Run 'pgq upgrade' there"),
+        "{run:?}"
+    );
+    let run = pgq(&empty, &["verify"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stdout.contains("missing table pgqueuer")
+            && run.stderr.contains(&empty.name)
+            && run.stderr.contains("pgq upgrade"),
+        "{run:?}"
+    );
+}

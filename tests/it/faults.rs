@@ -1359,7 +1359,7 @@ fn bad_input_gets_clear_errors_and_corrupts_nothing() {
         .build()
         .unwrap_err();
     match &err {
-        Error::Schema { missing } => {
+        Error::Schema { missing, .. } => {
             assert!(
                 missing.iter().any(|m| m.contains("pgqueuer_log")),
                 "{missing:?}"

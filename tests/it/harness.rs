@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pgqueuer::postgres::{Client, Config, NoTls};
@@ -56,16 +56,26 @@ impl Server {
     }
 }
 
+/// The test server, found (or started) once per test process.
+///
+/// # Panics
+/// When there is none: the first caller with what to do, every later one with a line
+/// that points at it (so a missing server is reported once, not once per test).
 pub fn server() -> &'static Server {
-    static SERVER: OnceLock<Server> = OnceLock::new();
-    SERVER.get_or_init(find_or_start_server)
+    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    match SERVER.get_or_init(find_or_start_server) {
+        Ok(server) => server,
+        Err(why) if !REPORTED.swap(true, Ordering::SeqCst) => panic!("{why}"),
+        Err(_) => panic!("no PostgreSQL server for the tests (see the one failure that says why)"),
+    }
 }
 
-fn find_or_start_server() -> Server {
+fn find_or_start_server() -> Result<Server, String> {
     if let Ok(dsn) = std::env::var("PGQUEUER_TEST_DSN") {
         let config: Config = dsn
             .parse()
-            .unwrap_or_else(|e| panic!("PGQUEUER_TEST_DSN={dsn:?} does not parse: {e:?}"));
+            .map_err(|e| format!("PGQUEUER_TEST_DSN={dsn:?} does not parse: {e}"))?;
         let host = match config.get_hosts().first() {
             Some(pgqueuer::postgres::config::Host::Tcp(h)) => h.clone(),
             Some(pgqueuer::postgres::config::Host::Unix(p)) => p.display().to_string(),
@@ -77,9 +87,11 @@ fn find_or_start_server() -> Server {
             user: config.get_user().unwrap_or("postgres").to_owned(),
         };
         if let Err(e) = server.config("postgres").connect(NoTls) {
-            panic!("PGQUEUER_TEST_DSN={dsn:?} is set but its server does not answer: {e:?}");
+            return Err(format!(
+                "PGQUEUER_TEST_DSN={dsn:?} is set but its server does not answer: {e:?}"
+            ));
         }
-        return server;
+        return Ok(server);
     }
     let local = Server {
         host: "127.0.0.1".into(),
@@ -87,17 +99,16 @@ fn find_or_start_server() -> Server {
         user: "postgres".into(),
     };
     if local.config("postgres").connect(NoTls).is_ok() {
-        return local;
+        return Ok(local);
     }
-    match start_throwaway_server() {
-        Ok(server) => server,
-        Err(why) => panic!(
+    start_throwaway_server().map_err(|why| {
+        format!(
             "no PostgreSQL server for the tests: nothing answers at 127.0.0.1:5432 as user \
              postgres, and a throwaway server could not be started ({why}).\n\
              Start one (e.g. `pg_ctlcluster 15 main start`, or `apt-get install postgresql`), \
              or point PGQUEUER_TEST_DSN at a superuser DSN."
-        ),
-    }
+        )
+    })
 }
 
 /// The fallback server of the whole test process: a [`Throwaway`] that lives until the

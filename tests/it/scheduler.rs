@@ -325,7 +325,7 @@ fn run_checks_before_starting() {
     let mut scheduler = Scheduler::new(empty.pool(2));
     scheduler.schedule("x", "@daily", |_| Ok(())).unwrap();
     match scheduler.run() {
-        Err(Error::Schema { missing }) => {
+        Err(Error::Schema { missing, .. }) => {
             assert!(missing.iter().any(|m| m.contains("pgqueuer_schedules")));
         }
         other => panic!("expected a schema error, got {other:?}"),

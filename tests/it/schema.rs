@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use pgqueuer::{Error, Settings, describe_with, upgrade_with, verify_with};
 
-use crate::harness::{TestDb, fixture};
+use crate::harness::{TestDb, fixture, scalar};
 
 fn fixture_lines(name: &str) -> Vec<String> {
     fixture(name)
@@ -125,7 +125,7 @@ fn upgrade_from(release: &str, has_slots: bool) {
             has_slots,
             "{release}: verify() passed without the slot column"
         ),
-        Err(Error::Schema { missing }) => {
+        Err(Error::Schema { missing, .. }) => {
             assert!(!has_slots, "{release}: verify() failed: {missing:?}");
             assert!(
                 missing.contains(&"column pgqueuer.slot".to_owned()),
@@ -232,7 +232,7 @@ fn verify_names_a_missing_slot_column_and_index() {
         .batch_execute("DROP INDEX pgqueuer_picked_slot_idx")
         .unwrap();
     let err = pgqueuer::verify(&mut client).unwrap_err();
-    let Error::Schema { missing } = &err else {
+    let Error::Schema { missing, .. } = &err else {
         panic!("unexpected {err:?}")
     };
     assert_eq!(missing, &["unique index pgqueuer_picked_slot_idx"]);
@@ -241,7 +241,7 @@ fn verify_names_a_missing_slot_column_and_index() {
     client
         .batch_execute("ALTER TABLE pgqueuer DROP COLUMN slot")
         .unwrap();
-    let Err(Error::Schema { missing }) = pgqueuer::verify(&mut client) else {
+    let Err(Error::Schema { missing, .. }) = pgqueuer::verify(&mut client) else {
         panic!("verify passed")
     };
     assert_eq!(
@@ -268,7 +268,7 @@ fn verify_names_a_missing_slot_column_and_index() {
 fn verify_on_an_empty_database_names_every_table() {
     let db = TestDb::empty();
     let mut client = db.client();
-    let Err(Error::Schema { missing }) = pgqueuer::verify(&mut client) else {
+    let Err(Error::Schema { missing, .. }) = pgqueuer::verify(&mut client) else {
         panic!("verify passed")
     };
     for object in [
@@ -314,4 +314,190 @@ fn durability_levels_set_table_persistence() {
         let line = format!("table {table} persistence={p}");
         assert!(facts.contains(&line), "{line} missing");
     }
+}
+
+/// Applies each planned statement on its own, as `pgq upgrade --plan | psql` would.
+fn apply(client: &mut pgqueuer::postgres::Client, plan: &pgqueuer::UpgradePlan, what: &str) {
+    for statement in &plan.statements {
+        client
+            .batch_execute(statement)
+            .unwrap_or_else(|e| panic!("{what}: planned statement failed: {e:?}\n{statement}"));
+    }
+}
+
+/// The catalog without the retired `time_in_queue` column PgQueuer keeps.
+fn catalog_of(client: &mut pgqueuer::postgres::Client, settings: &Settings) -> Vec<String> {
+    describe_with(client, settings)
+        .unwrap()
+        .into_iter()
+        .filter(|l| !l.contains(".time_in_queue "))
+        .collect()
+}
+
+/// `upgrade_plan_with` is exactly what each database needs: nothing when it is up to
+/// date; from nothing, and from each older release's schema, statements that, each run
+/// on its own, end in PgQueuer 1.6.0's catalog (where upgrade() ends), keep every row,
+/// and leave nothing more to plan.
+#[test]
+fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
+    let current = TestDb::new();
+    let mut client = current.client();
+    let plan = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+    assert!(plan.is_empty(), "an up-to-date database: {plan:#?}");
+    assert!(plan.notes.is_empty(), "{plan:#?}");
+
+    for (release, expected) in [
+        (None, "pgqueuer-1.6.0.catalog"),
+        (Some("0.18.10"), "pgqueuer-1.6.0.catalog"),
+        (Some("1.3.2"), "pgqueuer-1.6.0.catalog"),
+        (Some("1.4.0"), "pgqueuer-1.6.0.catalog"),
+    ] {
+        let what = release.unwrap_or("an empty database");
+        let db = TestDb::empty();
+        let mut client = db.client();
+        if let Some(release) = release {
+            client
+                .batch_execute(&fixture(&format!("pgqueuer-{release}.sql")))
+                .unwrap();
+        }
+        let rows = |c: &mut pgqueuer::postgres::Client| -> i64 {
+            c.query_one(
+                "SELECT count(*) FROM pg_class WHERE relname = 'pgqueuer' AND relkind = 'r'",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+        };
+        let jobs_before = if rows(&mut client) > 0 {
+            scalar(&mut client, "SELECT count(*) FROM pgqueuer")
+        } else {
+            0
+        };
+        let plan = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+        assert!(!plan.is_empty(), "{what}: nothing planned");
+        apply(&mut client, &plan, what);
+        assert_same_catalog(
+            &catalog_of(&mut client, &Settings::default()),
+            &fixture_lines(expected),
+            what,
+        );
+        let again = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+        assert!(
+            again.is_empty(),
+            "{what}: a second plan is not empty: {again:#?}"
+        );
+        assert!(
+            pgqueuer::upgrade(&mut client).unwrap().is_noop(),
+            "{what}: upgrade() found more to do than the plan"
+        );
+        if release.is_some() {
+            assert_eq!(
+                scalar(&mut client, "SELECT count(*) FROM pgqueuer"),
+                jobs_before,
+                "{what}: rows lost"
+            );
+        }
+        eprintln!("{what}: {} statements planned", plan.statements.len());
+    }
+
+    // The same with a prefix and a schema of its own.
+    let db = TestDb::empty();
+    let mut client = db.client();
+    let settings = Settings::with_prefix("app_").schema("myq");
+    let plan = pgqueuer::upgrade_plan_with(&mut client, &settings).unwrap();
+    assert!(plan.statements[0].starts_with("CREATE SCHEMA"), "{plan:#?}");
+    apply(&mut client, &plan, "myq/app_");
+    assert_same_catalog(
+        &catalog_of(&mut client, &settings),
+        &fixture_lines("pgqueuer-1.6.0-myq-app.catalog"),
+        "myq/app_",
+    );
+    assert!(
+        pgqueuer::upgrade_plan_with(&mut client, &settings)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// The 1.3.2 plan is what PgQueuer's own planner prints for that database, statement for
+/// statement (fixtures/pgqueuer-1.3.2.upgrade-plan.sql, captured from PgQueuer 1.6.0).
+#[test]
+fn the_plan_for_1_3_2_matches_pgqueuers_own() {
+    let db = TestDb::empty();
+    let mut client = db.client();
+    client
+        .batch_execute(&fixture("pgqueuer-1.3.2.sql"))
+        .unwrap();
+    let plan = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+    let ours: Vec<String> = plan
+        .statements
+        .iter()
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let theirs = fixture("pgqueuer-1.3.2.upgrade-plan.sql");
+    // PgQueuer rebuilds a changed index beside the old one and renames it; we drop and
+    // create it. The fold before the statistics index is written differently too.
+    let rebuilt: Vec<String> = ours
+        .iter()
+        .filter_map(|s| s.strip_prefix("DROP INDEX IF EXISTS "))
+        .map(|name| format!(" INDEX {name} ON "))
+        .collect();
+    for statement in &ours {
+        if statement.starts_with("WITH ranked")
+            || statement.starts_with("DROP INDEX")
+            || rebuilt.iter().any(|r| statement.contains(r.as_str()))
+        {
+            continue;
+        }
+        let normalized = theirs.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            normalized.contains(statement.as_str()),
+            "{statement:?} is not in PgQueuer's plan:\n{theirs}"
+        );
+    }
+    assert!(
+        ours.iter()
+            .any(|s| s == "ALTER TABLE pgqueuer ADD COLUMN slot bigint"),
+        "{ours:#?}"
+    );
+}
+
+/// upgrade() lets no NOTICE through to the client (its IF NOT EXISTS guards would send
+/// dozens on every start), on an empty and on an up-to-date database, and leaves the
+/// session's own client_min_messages as it found it.
+#[test]
+fn upgrade_sends_the_client_no_notices() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let db = TestDb::empty();
+    let notices = Arc::new(AtomicUsize::new(0));
+    let seen = notices.clone();
+    let mut config = db.config();
+    config.notice_callback(move |notice| {
+        eprintln!("notice: {}", notice.message());
+        seen.fetch_add(1, Ordering::SeqCst);
+    });
+    let mut client = config.connect(pgqueuer::postgres::NoTls).unwrap();
+    client
+        .batch_execute("SET client_min_messages = log")
+        .unwrap();
+    // The callback works: a NOTICE of our own reaches it.
+    client
+        .batch_execute("DO $$ BEGIN RAISE NOTICE 'probe'; END $$")
+        .unwrap();
+    assert_eq!(notices.swap(0, Ordering::SeqCst), 1);
+
+    assert!(!pgqueuer::upgrade(&mut client).unwrap().is_noop());
+    assert!(pgqueuer::upgrade(&mut client).unwrap().is_noop());
+    assert_eq!(
+        notices.load(Ordering::SeqCst),
+        0,
+        "upgrade() let notices through"
+    );
+    let level: String = client
+        .query_one("SHOW client_min_messages", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(level, "log");
 }

@@ -749,7 +749,7 @@ fn a_worker_refuses_to_start_without_the_slot_index() {
         .build()
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Schema { missing } if missing == &["unique index pgqueuer_picked_slot_idx"]),
+        matches!(&err, Error::Schema { missing, .. } if missing == &["unique index pgqueuer_picked_slot_idx"]),
         "{err:?}"
     );
     assert!(err.to_string().contains("upgrade"));
@@ -840,4 +840,105 @@ fn a_deferred_job_starts_when_due_without_polling() {
         "started late: {waited:?}"
     );
     worker.join().unwrap();
+}
+
+/// A program whose `main` returns `pgqueuer::Error` (examples/minimal_worker.rs), run
+/// against a database without the capacity-slot column and index (PgQueuer 1.3.2's
+/// schema): its stderr names the database and the missing objects and says to upgrade,
+/// where the derived `Debug` printed only `Schema { missing: [...] }`.
+#[test]
+fn a_main_returning_the_error_tells_a_person_what_to_do() {
+    let exe = crate::harness::program("example", "minimal_worker", &[]);
+    let db = TestDb::empty();
+    db.client()
+        .batch_execute(&crate::harness::fixture("pgqueuer-1.3.2.sql"))
+        .unwrap();
+    let out = std::process::Command::new(exe)
+        .env("PGQUEUER_DSN", db.dsn())
+        .env("RUST_LOG", "off")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for text in [
+        "Error: the PgQueuer schema in database",
+        &db.name,
+        "column pgqueuer.slot",
+        "unique index pgqueuer_picked_slot_idx",
+        "run pgqueuer::upgrade() or `pgq upgrade`",
+        "(Error::Schema)",
+    ] {
+        assert!(stderr.contains(text), "stderr lacks {text:?}: {stderr}");
+    }
+    assert!(!stderr.contains("Schema {"), "{stderr}");
+}
+
+/// With default settings a claim takes a full batch of 10 (PgQueuer's batch size): the
+/// default thread count matches it. Each claim writes its `picked` log rows in one
+/// statement, so they share one `created` time.
+#[test]
+fn the_default_worker_claims_full_batches_of_ten() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let jobs: Vec<NewJob> = (0..60)
+        .map(|i| NewJob::new("batch", i.to_string().into_bytes()))
+        .collect();
+    queue.enqueue_many(&jobs).unwrap();
+    let summary = Worker::builder(db.pool(6))
+        .entrypoint("batch", |_j, _c| {
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    assert_eq!(summary.succeeded, 60);
+    let mut client = db.client();
+    let largest: i64 = scalar(
+        &mut client,
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM pgqueuer_log
+          WHERE status = 'picked' GROUP BY created) claims",
+    );
+    assert_eq!(largest, 10, "the largest claim took {largest} jobs");
+}
+
+/// With logging off (no logger, or one whose level is off) a failing handler is still
+/// reported on stderr, with its job id, entrypoint and cause; a successful one is quiet.
+#[test]
+fn a_failure_reaches_stderr_with_logging_off() {
+    let exe = crate::harness::program("example", "minimal_worker", &[]);
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(1));
+    let bad = queue
+        .enqueue(NewJob::new("hello", vec![0xff, 0xfe]))
+        .unwrap();
+    let good = queue
+        .enqueue(NewJob::new("hello", b"world".to_vec()))
+        .unwrap();
+    let mut child = std::process::Command::new(exe)
+        .env("PGQUEUER_DSN", db.dsn())
+        .env("RUST_LOG", "off")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let statuses = queue.wait_for(&[bad, good], Duration::from_secs(30));
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let statuses = statuses.unwrap();
+    assert_eq!(statuses[&bad], Status::Exception);
+    assert_eq!(statuses[&good], Status::Successful);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "pgqueuer: job {bad} (hello) failed: Error: the payload is not UTF-8 text"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no logger is installed"), "{stderr}");
+    assert!(!stderr.contains(&format!("job {good} ")), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hello world"));
 }
