@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::connect::Conn;
 use crate::error::{Error, Result};
-use crate::job::{Job, JobId, Status};
+use crate::job::{Job, JobId, Status, check_entrypoint};
 use crate::settings::Settings;
 use crate::sql::claim::{self as sql, ClaimSql};
 use crate::sqlstate::{self, ErrorKind};
@@ -121,14 +121,26 @@ impl Statements {
     }
 }
 
-/// Builds a [`Claimer`].
+/// Builds a [`Claimer`]. Every default is PgQueuer's where PgQueuer has one.
 #[derive(Debug, Clone)]
 pub struct ClaimerBuilder {
     settings: Settings,
     entrypoints: Vec<(String, i64)>,
     worker_id: Uuid,
-    max_concurrent_tasks: Option<i64>,
+    max_concurrent_tasks: Option<u32>,
     heartbeat_timeout: Duration,
+}
+
+impl Default for ClaimerBuilder {
+    fn default() -> Self {
+        ClaimerBuilder {
+            settings: Settings::default(),
+            entrypoints: Vec::new(),
+            worker_id: Uuid::new_v4(),
+            max_concurrent_tasks: None,
+            heartbeat_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 impl ClaimerBuilder {
@@ -139,6 +151,17 @@ impl ClaimerBuilder {
         self.entrypoints
             .push((name.to_owned(), i64::from(concurrency_limit)));
         self
+    }
+
+    /// Object names. Defaults to PgQueuer's ([`Settings::default`]).
+    #[must_use]
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    pub(crate) fn settings_ref(&self) -> &Settings {
+        &self.settings
     }
 
     /// The worker identity written to `queue_manager_id`. Defaults to a fresh UUID v4.
@@ -152,7 +175,7 @@ impl ClaimerBuilder {
     /// `max_concurrent_tasks`). Defaults to no limit.
     #[must_use]
     pub fn max_concurrent_tasks(mut self, n: u32) -> Self {
-        self.max_concurrent_tasks = (n > 0).then_some(i64::from(n));
+        self.max_concurrent_tasks = Some(n);
         self
     }
 
@@ -167,27 +190,18 @@ impl ClaimerBuilder {
     /// Validates and renders the statements.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for no entrypoint, an empty or repeated entrypoint name, a
-    /// name with a NUL character, or a zero heartbeat timeout; [`Error::InvalidSetting`] for bad settings.
+    /// [`Error::InvalidInput`] for no entrypoint, a bad or repeated entrypoint name (see
+    /// [`crate::NewJob`]), a zero heartbeat timeout or a zero `max_concurrent_tasks`;
+    /// [`Error::InvalidSetting`] for bad settings.
     pub fn build(self) -> Result<Claimer> {
         if self.entrypoints.is_empty() {
             return Err(Error::invalid(
                 "entrypoints",
-                "a claimer needs at least one entrypoint",
+                "at least one entrypoint is needed",
             ));
         }
         for (i, (name, _)) in self.entrypoints.iter().enumerate() {
-            if name.is_empty() {
-                return Err(Error::invalid("entrypoint", "the name must not be empty"));
-            }
-            if name.contains('\0') {
-                return Err(Error::invalid(
-                    "entrypoint",
-                    format!(
-                        "{name:?} contains a NUL character, which PostgreSQL text cannot store"
-                    ),
-                ));
-            }
+            check_entrypoint("entrypoint", name)?;
             if self.entrypoints[..i].iter().any(|(n, _)| n == name) {
                 return Err(Error::invalid(
                     "entrypoint",
@@ -199,14 +213,20 @@ impl ClaimerBuilder {
         if timeout_us <= 0 {
             return Err(Error::invalid("heartbeat_timeout", "must be positive"));
         }
+        if self.max_concurrent_tasks == Some(0) {
+            return Err(Error::invalid("max_concurrent_tasks", "must be at least 1"));
+        }
         let statements = Arc::new(Statements::new(&self.settings)?);
-        Ok(Claimer::from_parts(
+        Ok(Claimer {
             statements,
-            &self.entrypoints,
-            self.worker_id,
-            self.max_concurrent_tasks,
-            timeout_us,
-        ))
+            names: self.entrypoints.iter().map(|(n, _)| n.clone()).collect(),
+            limits: self.entrypoints.iter().map(|(_, l)| *l).collect(),
+            capacity_gated: self.entrypoints.iter().any(|(_, l)| *l > 0),
+            worker_id: self.worker_id,
+            budget: self.max_concurrent_tasks.map(i64::from),
+            heartbeat_timeout: self.heartbeat_timeout,
+            heartbeat_timeout_us: timeout_us,
+        })
     }
 }
 
@@ -219,42 +239,24 @@ pub struct Claimer {
     capacity_gated: bool,
     worker_id: Uuid,
     budget: Option<i64>,
+    heartbeat_timeout: Duration,
     heartbeat_timeout_us: i64,
 }
 
 impl Claimer {
-    /// A builder with PgQueuer's default names.
+    /// A builder with PgQueuer's defaults.
     pub fn builder() -> ClaimerBuilder {
-        Self::builder_with(Settings::default())
+        ClaimerBuilder::default()
     }
 
     /// A builder for non-default names.
     pub fn builder_with(settings: Settings) -> ClaimerBuilder {
-        ClaimerBuilder {
-            settings,
-            entrypoints: Vec::new(),
-            worker_id: Uuid::new_v4(),
-            max_concurrent_tasks: None,
-            heartbeat_timeout: Duration::from_secs(30),
-        }
+        ClaimerBuilder::default().settings(settings)
     }
 
-    pub(crate) fn from_parts(
-        statements: Arc<Statements>,
-        entrypoints: &[(String, i64)],
-        worker_id: Uuid,
-        budget: Option<i64>,
-        heartbeat_timeout_us: i64,
-    ) -> Claimer {
-        Claimer {
-            statements,
-            names: entrypoints.iter().map(|(n, _)| n.clone()).collect(),
-            limits: entrypoints.iter().map(|(_, l)| *l).collect(),
-            capacity_gated: entrypoints.iter().any(|(_, l)| *l > 0),
-            worker_id,
-            budget,
-            heartbeat_timeout_us,
-        }
+    /// The heartbeat timeout this claimer treats picked jobs as stale after.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        self.heartbeat_timeout
     }
 
     /// This claimer's worker id (`queue_manager_id` of the rows it claims).

@@ -187,12 +187,19 @@ struct DropElsewhere;
 
 impl r2d2::CustomizeConnection<Conn, postgres::Error> for DropElsewhere {
     fn on_release(&self, conn: Conn) {
-        let spawned = std::thread::Builder::new()
-            .name("pgqueuer-drop".into())
-            .spawn(move || drop(conn));
-        if let Err(e) = spawned {
-            log::warn!("could not spawn a thread to close a connection: {e}");
-        }
+        drop_elsewhere(conn);
+    }
+}
+
+/// Closes a connection (a `Client`, or anything holding one) on a short-lived thread:
+/// dropping a `Client` waits for the server to close the socket, which never happens on
+/// a black-holed connection, and the caller must not hang on it.
+pub(crate) fn drop_elsewhere<T: Send + 'static>(connection: T) {
+    let spawned = std::thread::Builder::new()
+        .name("pgqueuer-drop".into())
+        .spawn(move || drop(connection));
+    if let Err(e) = spawned {
+        log::warn!("pgqueuer: could not spawn a thread to close a connection: {e}");
     }
 }
 

@@ -224,6 +224,37 @@ pub struct FailedJob {
     pub failure: Option<Failure>,
 }
 
+/// The most bytes an entrypoint name may have (it lives in B-tree indexes, whose entries
+/// PostgreSQL caps at about 2.7 kB).
+pub(crate) const MAX_ENTRYPOINT_BYTES: usize = 255;
+
+/// Checks an entrypoint name wherever one comes in (enqueue, claim, worker, scheduler):
+/// 1 to [`MAX_ENTRYPOINT_BYTES`] bytes and no NUL character, which PostgreSQL text cannot
+/// store. `field` names it in the error (`entrypoint`, `jobs[3].entrypoint`).
+pub(crate) fn check_entrypoint(field: &str, name: &str) -> crate::Result<()> {
+    check_text(field, name, MAX_ENTRYPOINT_BYTES)
+}
+
+/// Checks a text value bound for a text column: not empty, at most `max_bytes`, no NUL.
+pub(crate) fn check_text(field: &str, value: &str, max_bytes: usize) -> crate::Result<()> {
+    if value.is_empty() {
+        return Err(crate::Error::invalid(field, "must not be empty"));
+    }
+    if value.len() > max_bytes {
+        return Err(crate::Error::invalid(
+            field,
+            format!("{} bytes is longer than {max_bytes} bytes", value.len()),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(crate::Error::invalid(
+            field,
+            format!("{value:?} contains a NUL character, which PostgreSQL text cannot store"),
+        ));
+    }
+    Ok(())
+}
+
 /// The `status` column of `row` (selected as text).
 pub(crate) fn status_of(row: &postgres::Row) -> crate::Result<Status> {
     parse_status(&row.try_get::<_, String>("status")?)

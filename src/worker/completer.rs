@@ -1,138 +1,178 @@
-//! Outcomes of finished handlers, and the thread that writes them.
+//! The one path of outcomes: executors hand every finished job's outcome to [`Outcomes`],
+//! and the completer thread writes them (delete or hold the row, and its log row; or put
+//! it back in the queue for a retry).
 //!
-//! A finished job's outcome waits in [`Unwritten`]. When seats are scarce (some
-//! concurrency limit is no larger than the worker's thread count) and may be reused
-//! (`WorkerBuilder::reuse_seats`), the next claim takes the ends (not the retries) along
-//! and writes them in its own statement and commit
-//! ([`crate::Claimer::complete_and_claim`]): their seats are free to that very claim, so
-//! a seat turns over with one commit instead of two. Otherwise ends are left to the
-//! completer, which writes them on its own connection while claims run on theirs (taken
-//! along, they would lengthen every claim, and claims are what a busy worker waits on).
-//! The completer writes whatever is waiting [`LINGER`] after the first of it arrived, in
-//! one statement per batch.
+//! Ends are written in batches: the completer writes whatever waits [`LINGER`] after the
+//! first of it arrived, in one statement, so that a burst of finished jobs costs one
+//! commit. (Each completion takes PostgreSQL's NOTIFY lock through its commit, the same
+//! lock every enqueue needs: fewer and larger completions leave producers more room.)
+//! Retries are written at once, since their delay runs from the write.
+//!
+//! Where slots are scarce (some concurrency limit is no larger than the thread count)
+//! and reused ([`crate::WorkerBuilder::reuse_slots`]), the completer lets the dispatcher
+//! fold ends into its next claim instead ([`Outcomes::for_claim`],
+//! [`crate::Claimer::complete_and_claim`]): their slots are then free to that very claim,
+//! and a slot turns over with one commit instead of two. What no claim took within the
+//! linger, the completer writes itself. Where slots are scarce and not reused, it writes
+//! after a shorter linger ([`SCARCE_LINGER`]), since a finished job holds its slot until
+//! its row is written, and rings the dispatcher after each write.
 
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, select};
 
-use super::executor::{Wake, drop_if_broken};
-use super::{Run, lock};
-use crate::claim::Outcome;
+use super::builder::WorkerConfig;
+use super::state::{ConnSlot, Doorbell, Running, Wake, lock};
+use crate::claim::{Claimer, Outcome};
 use crate::connect::PooledConn;
 use crate::job::JobId;
+use crate::shutdown::ShutdownHandle;
 
 /// A job to put back in the queue after `delay`, logging `queued` with the reason.
-pub(crate) struct Retry {
+pub(crate) struct Requeue {
     pub(crate) id: JobId,
     pub(crate) delay: Duration,
     pub(crate) traceback: serde_json::Value,
 }
 
-/// Outcomes not yet written.
-#[derive(Default)]
-pub(crate) struct Unwritten {
-    /// Deletes (or holds, for `Failed`) with their log rows.
-    pub(crate) ends: Vec<Outcome>,
-    /// Written by the completer only, without waiting.
-    pub(crate) retries: Vec<Retry>,
-}
-
 /// Most outcomes written by one statement.
 const MAX_BATCH: usize = 500;
 
-/// How long the completer waits for more outcomes after the first before writing: one
-/// statement and one commit for all that finish meanwhile. Each completion takes
-/// PostgreSQL's NOTIFY lock through its commit, the same lock every enqueue needs, so
-/// fewer and larger completions leave producers more room.
+/// How long the completer waits for more outcomes after the first before writing.
 const LINGER: Duration = Duration::from_millis(5);
 
-/// [`LINGER`] when seats are scarce and not reused (`WorkerBuilder::reuse_seats`): a
-/// finished job holds its seat until its row is written.
+/// [`LINGER`] when slots are scarce and not reused: a finished job holds its slot until
+/// its row is written.
 const SCARCE_LINGER: Duration = Duration::from_millis(1);
 
-impl Run {
-    /// Queues an end for the next claim (or the completer), and tells the completer.
-    pub(crate) fn finished(&self, outcome: Outcome, signal: &Sender<()>) {
-        lock(&self.unwritten).ends.push(outcome);
-        let _ = signal.try_send(());
+/// Outcomes not yet written.
+#[derive(Default)]
+struct Pending {
+    /// Deletes (or holds, for `Failed`) with their log rows.
+    ends: Vec<Outcome>,
+    /// Written by the completer only, without waiting.
+    requeues: Vec<Requeue>,
+}
+
+/// Where executors leave outcomes for the completer (and, when it so decides, for the
+/// dispatcher's next claim).
+pub(crate) struct Outcomes {
+    pending: std::sync::Mutex<Pending>,
+    /// Tells the completer that outcomes wait (a token; several coalesce).
+    signal_tx: Sender<()>,
+    signal_rx: Receiver<()>,
+    /// Claims take ends along (see the module docs).
+    fold: bool,
+}
+
+impl Outcomes {
+    pub(crate) fn new(config: &WorkerConfig) -> Outcomes {
+        let (signal_tx, signal_rx) = crossbeam_channel::bounded(1);
+        Outcomes {
+            pending: std::sync::Mutex::new(Pending::default()),
+            signal_tx,
+            signal_rx,
+            fold: config.fold_outcomes,
+        }
     }
 
-    /// Queues a retry for the completer, which writes it at once.
-    pub(crate) fn retry_later(&self, retry: Retry, signal: &Sender<()>) {
-        lock(&self.unwritten).retries.push(retry);
-        let _ = signal.try_send(());
+    /// An executor's finished job: deleted or held, with its log row.
+    pub(crate) fn finished(&self, outcome: Outcome) {
+        lock(&self.pending).ends.push(outcome);
+        let _ = self.signal_tx.try_send(());
     }
 
-    /// Takes up to a batch of unwritten ends, for a claim to take along.
-    pub(crate) fn take_ends(&self) -> Vec<Outcome> {
-        let mut unwritten = lock(&self.unwritten);
-        let n = unwritten.ends.len().min(MAX_BATCH);
-        unwritten.ends.drain(..n).collect()
+    /// An executor's job to run again later.
+    pub(crate) fn requeue(&self, requeue: Requeue) {
+        lock(&self.pending).requeues.push(requeue);
+        let _ = self.signal_tx.try_send(());
     }
 
-    /// After a claim that took `ends` along: the ids in `written` are no longer held;
-    /// the others go back for the completer, which retries rows that were locked.
-    pub(crate) fn ends_written(&self, ends: Vec<Outcome>, written: &[JobId], signal: &Sender<()>) {
+    /// The ends the next claim should write (up to a batch), or none when claims do not
+    /// take ends along.
+    pub(crate) fn for_claim(&self) -> Vec<Outcome> {
+        if !self.fold {
+            return Vec::new();
+        }
+        let mut pending = lock(&self.pending);
+        let n = pending.ends.len().min(MAX_BATCH);
+        pending.ends.drain(..n).collect()
+    }
+
+    /// After a claim that took `taken` along: the ids in `written` are no longer held;
+    /// the others come back for the completer, which retries rows that were locked.
+    pub(crate) fn after_claim(&self, taken: Vec<Outcome>, written: &[JobId], running: &Running) {
+        if taken.is_empty() {
+            return;
+        }
         let (done, rest): (Vec<Outcome>, Vec<Outcome>) =
-            ends.into_iter().partition(|o| written.contains(&o.id));
-        if !done.is_empty() {
-            let mut running = self.running();
-            for o in &done {
-                running.remove(&o.id);
-            }
-        }
+            taken.into_iter().partition(|o| written.contains(&o.id));
+        running.remove(done.iter().map(|o| o.id));
         if !rest.is_empty() {
-            lock(&self.unwritten).ends.extend(rest);
-            let _ = signal.try_send(());
+            lock(&self.pending).ends.extend(rest);
+            let _ = self.signal_tx.try_send(());
         }
     }
 
-    /// True when ends are waiting for a claim to take them along.
-    pub(crate) fn ends_waiting(&self) -> bool {
-        !lock(&self.unwritten).ends.is_empty()
+    /// True when ends wait for a claim to take them along.
+    pub(crate) fn waiting_for_claim(&self) -> bool {
+        self.fold && !lock(&self.pending).ends.is_empty()
+    }
+
+    fn take_all(&self) -> Pending {
+        std::mem::take(&mut *lock(&self.pending))
+    }
+
+    fn requeue_waiting(&self) -> bool {
+        !lock(&self.pending).requeues.is_empty()
     }
 }
 
-/// Runs until every executor has exited (the signal disconnects) and everything left is
-/// written.
-///
-/// Each signal is answered after [`LINGER`] ([`SCARCE_LINGER`] when seats are scarce and
-/// not reused; at once when a retry waits): whatever no claim took meanwhile is written in one
-/// statement. When seats are scarce a claimer is also woken after each write, as
-/// seats are free now, before the NOTIFY of the deletion comes round.
-pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<Wake>) {
-    let mut conn: Option<PooledConn> = None;
-    let scarce = run.inner.seats_scarce;
-    // When claims take ends along, what is left here is what no claim took: no hurry.
-    let linger = if scarce && !run.inner.ends_ride_claims {
+/// The completer thread: runs until every executor has exited (`alive` disconnects) and
+/// everything left is written.
+pub(crate) fn run(
+    config: &WorkerConfig,
+    outcomes: &Outcomes,
+    running: &Running,
+    doorbell: &Doorbell,
+    shutdown: &ShutdownHandle,
+    alive: &Receiver<()>,
+) {
+    let mut writer = Writer {
+        config,
+        conn: ConnSlot::new(&config.pool),
+        running,
+        shutdown,
+    };
+    let linger = if config.slots_scarce && !config.fold_outcomes {
         SCARCE_LINGER
     } else {
+        // When claims take ends along, what is left here is what no claim took: no hurry.
         LINGER
     };
     loop {
-        let open = signal.recv().is_ok();
-        if open && lock(&run.unwritten).retries.is_empty() {
+        // `alive` carries no messages: it disconnects once every executor has exited,
+        // after which no outcome can come any more.
+        let open = select! {
+            recv(outcomes.signal_rx) -> _ => true,
+            recv(alive) -> _ => false,
+        };
+        if open && !outcomes.requeue_waiting() {
             // One sleep for the whole wait: waking per finished job would cost more than
-            // the write. A retry is written at once (its delay runs from its write).
+            // the write.
             std::thread::sleep(linger);
         }
-        // Everything waiting now, and nothing that comes during the writes: that is the
-        // next signal's, after its own wait.
-        let (ends, retries) = {
-            let mut unwritten = lock(&run.unwritten);
-            (
-                std::mem::take(&mut unwritten.ends),
-                std::mem::take(&mut unwritten.retries),
-            )
-        };
+        // Everything waiting now; what comes during the writes is the next signal's.
+        let Pending { ends, requeues } = outcomes.take_all();
         for chunk in ends.chunks(MAX_BATCH) {
-            write(run, &mut conn, chunk, &[]);
+            writer.ends(chunk);
         }
-        if !retries.is_empty() {
-            write(run, &mut conn, &[], &retries);
+        for requeue in &requeues {
+            writer.requeue(requeue);
         }
-        if scarce && !(ends.is_empty() && retries.is_empty()) {
-            let _ = wake.try_send(Wake::Claim);
+        if !(ends.is_empty() && requeues.is_empty()) {
+            // Slots are free now, before the NOTIFY of the deletion comes round.
+            doorbell.ring_if_wanted(Wake::Written);
         }
         if !open {
             return;
@@ -140,16 +180,18 @@ pub(crate) fn run(run: &Run, signal: &Receiver<()>, wake: &Sender<Wake>) {
     }
 }
 
-/// Writes ends in one statement, then each retry, retrying with backoff while the
-/// database is unreachable. Outcomes are never dropped while the worker runs; after
-/// shutdown it gives up after a bounded time (the rows then go stale and are re-picked:
-/// at-least-once).
-fn write(run: &Run, conn: &mut Option<PooledConn>, ends: &[Outcome], retries: &[Retry]) {
-    if !ends.is_empty() {
-        let written = persist(run, conn, "outcomes", |claimer, c| {
-            claimer.complete(c, ends)
-        });
-        if let Some(written) = written {
+/// The completer's connection and what its writes update.
+struct Writer<'a> {
+    config: &'a WorkerConfig,
+    conn: ConnSlot<'a>,
+    running: &'a Running,
+    shutdown: &'a ShutdownHandle,
+}
+
+impl Writer<'_> {
+    /// Writes ends in one statement; the rows are no longer held afterwards.
+    fn ends(&mut self, ends: &[Outcome]) {
+        if let Some(written) = self.persist("outcomes", |claimer, c| claimer.complete(c, ends)) {
             log::trace!("completed {} jobs in one statement", ends.len());
             if written.len() < ends.len() {
                 log::info!(
@@ -158,58 +200,46 @@ fn write(run: &Run, conn: &mut Option<PooledConn>, ends: &[Outcome], retries: &[
                 );
             }
         }
+        self.running.remove(ends.iter().map(|o| o.id));
     }
-    for r in retries {
-        let owned = persist(run, conn, "a retry", |claimer, c| {
+
+    fn requeue(&mut self, r: &Requeue) {
+        let owned = self.persist("a retry", |claimer, c| {
             claimer.retry(c, r.id, r.delay, &r.traceback)
         });
         if owned == Some(false) {
             log::warn!("job {} was no longer ours when its retry was written", r.id);
         }
+        self.running.remove([r.id]);
     }
-    let mut running = run.running();
-    for id in ends
-        .iter()
-        .map(|o| o.id)
-        .chain(retries.iter().map(|r| r.id))
-    {
-        running.remove(&id);
-    }
-}
 
-/// Runs `op` on the completer's connection until it succeeds, or until shutdown plus a
-/// bounded time (`None`).
-fn persist<T>(
-    run: &Run,
-    conn: &mut Option<PooledConn>,
-    what: &str,
-    mut op: impl FnMut(&crate::Claimer, &mut PooledConn) -> crate::Result<T>,
-) -> Option<T> {
-    let mut backoff = Duration::from_millis(20);
-    let mut waited = Duration::ZERO;
-    loop {
-        let result = match conn {
-            Some(c) => op(&run.inner.claimer, c),
-            None => match run.checkout() {
-                Ok(c) => {
-                    *conn = Some(c);
-                    continue;
+    /// Runs `op` until it succeeds, retrying with backoff while the database is
+    /// unreachable: outcomes are never dropped while the worker runs. After shutdown it
+    /// gives up after a bounded time (`None`): the rows then go stale and are re-picked
+    /// (at-least-once).
+    fn persist<T>(
+        &mut self,
+        what: &str,
+        mut op: impl FnMut(&Claimer, &mut PooledConn) -> crate::Result<T>,
+    ) -> Option<T> {
+        let claimer = &self.config.claimer;
+        let mut backoff = Duration::from_millis(20);
+        let mut waited = Duration::ZERO;
+        loop {
+            match self.conn.run(|c| op(claimer, c)) {
+                Ok(value) => return Some(value),
+                Err(e) => {
+                    log::warn!("pgqueuer could not write {what} (retrying in {backoff:?}): {e}");
+                    if self.shutdown.is_shutdown() && waited > Duration::from_secs(30) {
+                        log::error!(
+                            "giving up on {what} after shutdown; the jobs will be re-picked"
+                        );
+                        return None;
+                    }
+                    std::thread::sleep(backoff);
+                    waited += backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => Err(e),
-            },
-        };
-        match result {
-            Ok(value) => return Some(value),
-            Err(e) => {
-                log::warn!("pgqueuer could not write {what} (retrying in {backoff:?}): {e}");
-                drop_if_broken(conn, &e);
-                if run.stopping() && waited > Duration::from_secs(30) {
-                    log::error!("giving up on {what} after shutdown; the jobs will be re-picked");
-                    return None;
-                }
-                std::thread::sleep(backoff);
-                waited += backoff;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }

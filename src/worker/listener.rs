@@ -3,12 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, TryRecvError};
 use fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 
-use super::Run;
-use super::executor::Wake;
+use super::builder::WorkerConfig;
+use super::state::{Doorbell, Running, Wake};
+use crate::connect::drop_elsewhere;
 use crate::error::chain;
 use crate::events::{Event, HealthCheck, Operation};
 use crate::sql;
@@ -20,12 +21,29 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 /// How long the echo of a health check may take before the connection is presumed dead.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What the listener works with.
+struct Listener<'a> {
+    config: &'a WorkerConfig,
+    doorbell: &'a Doorbell,
+    running: &'a Running,
+}
+
 /// Runs until every executor has exited (`alive` disconnects).
-pub(crate) fn run(run: &Run, wake: &Sender<Wake>, alive: &Receiver<()>) {
+pub(crate) fn run(
+    config: &WorkerConfig,
+    doorbell: &Doorbell,
+    running: &Running,
+    alive: &Receiver<()>,
+) {
+    let this = Listener {
+        config,
+        doorbell,
+        running,
+    };
     let finished = || matches!(alive.try_recv(), Err(TryRecvError::Disconnected));
     let mut backoff = Duration::from_millis(50);
     while !finished() {
-        let mut client = match connect(run) {
+        let mut client = match this.connect() {
             Ok(client) => client,
             Err(e) => {
                 log::warn!(
@@ -38,124 +56,109 @@ pub(crate) fn run(run: &Run, wake: &Sender<Wake>, alive: &Receiver<()>) {
             }
         };
         backoff = Duration::from_millis(50);
-        // Notifications sent while no LISTEN was active are lost: every idle thread looks.
-        run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
-        for _ in 0..run.inner.threads {
-            let _ = wake.try_send(Wake::Claim);
-        }
+        // Notifications sent while no LISTEN was active are lost: the dispatcher looks.
+        doorbell.ring(Wake::Resync);
         log::debug!(
             "pgqueuer listener connected on channel {}",
-            run.inner.settings.channel
+            config.settings.channel
         );
-        if let Err(e) = listen(run, &mut client, wake, &finished) {
+        if let Err(e) = this.listen(&mut client, &finished) {
             log::warn!("pgqueuer listener lost its connection; reconnecting: {e}");
         }
         // Dropping a client waits for the server; on a dead peer that can take long.
-        let _ = std::thread::Builder::new()
-            .name("pgqueuer-drop".into())
-            .spawn(move || drop(client));
+        drop_elsewhere(client);
     }
 }
 
-fn connect(run: &Run) -> Result<Client, postgres::Error> {
-    let mut client = run.inner.config.connect(NoTls)?;
-    client.batch_execute(&sql::channel_listen(&run.inner.settings.channel))?;
-    Ok(client)
-}
+impl Listener<'_> {
+    fn connect(&self) -> Result<Client, postgres::Error> {
+        let mut client = self.config.connect.connect(NoTls)?;
+        client.batch_execute(&sql::channel_listen(&self.config.settings.channel))?;
+        Ok(client)
+    }
 
-/// Acts on one notification payload.
-fn handle(
-    run: &Run,
-    wake: &Sender<Wake>,
-    payload: &str,
-    probe: &mut Option<(uuid::Uuid, Instant)>,
-) {
-    match Event::parse(payload) {
-        Ok(Event::TableChanged(change)) => {
-            // New or requeued jobs always matter. A delete can only matter by freeing a
-            // concurrency seat, so it wakes a thread only when a limited entrypoint is
-            // ours; a truncate leaves nothing to claim.
-            let relevant = match change.operation {
-                Operation::Insert | Operation::Update => true,
-                Operation::Delete => run.inner.claimer.is_capacity_gated(),
-                Operation::Truncate => false,
-            };
-            if relevant {
-                run.changed.store(true, std::sync::atomic::Ordering::SeqCst);
-                let _ = wake.try_send(Wake::Claim);
-            }
-        }
-        Ok(Event::Cancellation(c)) => {
-            let running = run.running();
-            for id in &c.ids {
-                if let Some(flag) = running.get(id) {
-                    log::debug!("job {id} cancelled");
-                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    /// Acts on one notification payload.
+    fn handle(&self, payload: &str, probe: &mut Option<(uuid::Uuid, Instant)>) {
+        match Event::parse(payload) {
+            Ok(Event::TableChanged(change)) => {
+                // New or requeued jobs always matter. A delete can only matter by freeing a
+                // concurrency seat, so it wakes a thread only when a limited entrypoint is
+                // ours; a truncate leaves nothing to claim.
+                let relevant = match change.operation {
+                    Operation::Insert | Operation::Update => true,
+                    Operation::Delete => self.config.claimer.is_capacity_gated(),
+                    Operation::Truncate => false,
+                };
+                if relevant {
+                    self.doorbell.ring(Wake::Changed);
                 }
             }
-        }
-        Ok(Event::HealthCheck(h)) => {
-            if probe.is_some_and(|(id, _)| id == h.id) {
-                *probe = None;
+            Ok(Event::Cancellation(c)) => {
+                let held = self.running.cancel(&c.ids);
+                if held > 0 {
+                    log::debug!("{held} held jobs cancelled among {:?}", c.ids);
+                }
             }
-        }
-        Err(e) => {
-            log::warn!("pgqueuer listener ignored a notification it cannot parse ({e}): {payload}");
+            Ok(Event::HealthCheck(h)) => {
+                if probe.is_some_and(|(id, _)| id == h.id) {
+                    *probe = None;
+                }
+            }
+            Err(e) => {
+                log::warn!(
+                    "pgqueuer listener ignored a notification it cannot parse ({e}): {payload}"
+                );
+            }
         }
     }
-}
 
-/// Serves one connection until it fails (`Err`) or the worker is finished (`Ok`).
-fn listen(
-    run: &Run,
-    client: &mut Client,
-    wake: &Sender<Wake>,
-    finished: &dyn Fn() -> bool,
-) -> Result<(), String> {
-    let channel = run.inner.settings.channel.clone();
-    let mut probe: Option<(uuid::Uuid, Instant)> = None;
-    let mut last_probe = Instant::now();
-    while !finished() {
-        {
-            let started = Instant::now();
-            let mut notifications = client.notifications();
-            let mut it = notifications.timeout_iter(POLL);
-            // Each event is acted on as it arrives; the loop ends after a quiet POLL (or
-            // after POLL of steady traffic) to check for shutdown and run health checks.
-            loop {
-                match it.next() {
-                    Ok(Some(n)) => handle(run, wake, n.payload(), &mut probe),
-                    Ok(None) => break,
-                    Err(e) => return Err(chain(&e).to_string()),
-                }
-                if started.elapsed() >= POLL {
-                    break;
+    /// Serves one connection until it fails (`Err`) or the worker is finished (`Ok`).
+    fn listen(&self, client: &mut Client, finished: &dyn Fn() -> bool) -> Result<(), String> {
+        let channel = self.config.settings.channel.clone();
+        let mut probe: Option<(uuid::Uuid, Instant)> = None;
+        let mut last_probe = Instant::now();
+        while !finished() {
+            {
+                let started = Instant::now();
+                let mut notifications = client.notifications();
+                let mut it = notifications.timeout_iter(POLL);
+                // Each event is acted on as it arrives; the loop ends after a quiet POLL (or
+                // after POLL of steady traffic) to check for shutdown and run health checks.
+                loop {
+                    match it.next() {
+                        Ok(Some(n)) => self.handle(n.payload(), &mut probe),
+                        Ok(None) => break,
+                        Err(e) => return Err(chain(&e).to_string()),
+                    }
+                    if started.elapsed() >= POLL {
+                        break;
+                    }
                 }
             }
+            if client.is_closed() {
+                return Err("connection closed".into());
+            }
+            if let Some((_, sent)) = probe
+                && sent.elapsed() > HEALTH_TIMEOUT
+            {
+                return Err(format!(
+                    "no echo of its health check within {HEALTH_TIMEOUT:?}"
+                ));
+            }
+            if probe.is_none() && last_probe.elapsed() >= HEALTH_INTERVAL {
+                // A black-holed connection stays silent forever; only a round trip tells.
+                client
+                    .is_valid(crate::connect::PROBE_TIMEOUT)
+                    .map_err(|e| format!("validity probe failed: {}", chain(&e)))?;
+                let check = HealthCheck::new(&channel);
+                let payload = Event::HealthCheck(check.clone()).to_json();
+                client
+                    .execute(sql::CHANNEL_NOTIFY, &[&channel, &payload])
+                    .map_err(|e| format!("cannot send a health check: {}", chain(&e)))?;
+                probe = Some((check.id, Instant::now()));
+                last_probe = Instant::now();
+            }
         }
-        if client.is_closed() {
-            return Err("connection closed".into());
-        }
-        if let Some((_, sent)) = probe
-            && sent.elapsed() > HEALTH_TIMEOUT
-        {
-            return Err(format!(
-                "no echo of its health check within {HEALTH_TIMEOUT:?}"
-            ));
-        }
-        if probe.is_none() && last_probe.elapsed() >= HEALTH_INTERVAL {
-            // A black-holed connection stays silent forever; only a round trip tells.
-            client
-                .is_valid(crate::connect::PROBE_TIMEOUT)
-                .map_err(|e| format!("validity probe failed: {}", chain(&e)))?;
-            let check = HealthCheck::new(&channel);
-            let payload = Event::HealthCheck(check.clone()).to_json();
-            client
-                .execute(sql::CHANNEL_NOTIFY, &[&channel, &payload])
-                .map_err(|e| format!("cannot send a health check: {}", chain(&e)))?;
-            probe = Some((check.id, Instant::now()));
-            last_probe = Instant::now();
-        }
+        Ok(())
     }
-    Ok(())
 }

@@ -1218,7 +1218,7 @@ fn pool_exhaustion_is_reported_and_the_worker_recovers() {
     let lines: Vec<String> = captured("claim failed")
         .into_iter()
         .filter(|l| {
-            l.starts_with("pgqueuer-exec") && l.contains("timed out waiting for connection")
+            l.starts_with("pgqueuer-dispatch") && l.contains("timed out waiting for connection")
         })
         .collect();
     eprintln!(

@@ -457,7 +457,7 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
             let worker = Worker::builder(db.pool(4))
                 .threads(2)
                 .batch_size(2)
-                .reuse_seats(false)
+                .reuse_slots(false)
                 .entrypoint_with(
                     "shared",
                     EntrypointOptions::new().concurrency_limit(LIMIT),

@@ -106,7 +106,7 @@ fn sixteen_threads_run_every_job_once_within_limits() {
 /// Where seats are scarce (limit 1, two threads), a seat turns over in one commit: the
 /// claim that takes the next job also ends the previous one, so most `successful` log
 /// rows were written by the same transaction as a `picked` one, and the limit holds.
-/// With `reuse_seats(false)` every end is written on its own first.
+/// With `reuse_slots(false)` every end is written on its own first.
 #[test]
 fn a_scarce_seat_turns_over_in_one_commit_unless_seats_are_released() {
     for reuse in [true, false] {
@@ -120,7 +120,7 @@ fn a_scarce_seat_turns_over_in_one_commit_unless_seats_are_released() {
             let (now, peak) = (now.clone(), peak.clone());
             Worker::builder(pool)
                 .threads(2)
-                .reuse_seats(reuse)
+                .reuse_slots(reuse)
                 .entrypoint_with(
                     "one",
                     EntrypointOptions::new().concurrency_limit(1),
@@ -142,7 +142,7 @@ fn a_scarce_seat_turns_over_in_one_commit_unless_seats_are_released() {
             "SELECT count(*) FROM pgqueuer_log done WHERE done.status = 'successful' AND EXISTS \
              (SELECT 1 FROM pgqueuer_log pick WHERE pick.status = 'picked' AND pick.xmin = done.xmin)",
         );
-        eprintln!("reuse_seats({reuse}): {shared} of 60 ends committed with a claim");
+        eprintln!("reuse_slots({reuse}): {shared} of 60 ends committed with a claim");
         if reuse {
             assert!(
                 shared >= 30,

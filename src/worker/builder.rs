@@ -1,0 +1,332 @@
+//! [`WorkerBuilder`]: every worker default in one place, checked once at `build()`.
+//!
+//! What the claim statement needs (entrypoints and their limits, the worker id, the
+//! heartbeat timeout, the per-worker budget, the object names) goes into a
+//! [`ClaimerBuilder`], whose own defaults and checks serve the worker unchanged; the rest
+//! is the worker's own ([`Options`]).
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::claim::{Claimer, ClaimerBuilder};
+use crate::connect::Pool;
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::settings::Settings;
+use crate::shutdown::ShutdownHandle;
+
+use super::Worker;
+use super::entrypoint::{Context, EntrypointOptions, Handler, HandlerResult, Registry};
+
+/// Pool connections a worker needs: one for claims, one for heartbeats, one for writing
+/// outcomes (the listener opens its own, outside the pool).
+pub(crate) const POOL_CONNECTIONS: u32 = 3;
+
+/// Claims a worker has in flight at once when its pool has room for a second claim
+/// connection (each runs on a claim lane of its own, see `dispatcher`).
+const MAX_LANES: u32 = 2;
+
+/// The worker's own settings, beside the claimer's.
+#[derive(Debug, Clone)]
+struct Options {
+    threads: usize,
+    batch_size: usize,
+    dequeue_timeout: Duration,
+    shutdown_deadline: Option<Duration>,
+    reuse_slots: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            // Equal to the batch size, so that a default claim can take a full batch.
+            threads: 10,
+            batch_size: 10,
+            dequeue_timeout: Duration::from_secs(30),
+            shutdown_deadline: None,
+            reuse_slots: true,
+        }
+    }
+}
+
+/// Builds a [`Worker`]. Every default is PgQueuer's where PgQueuer has one.
+///
+/// ```no_run
+/// # fn main() -> Result<(), pgqueuer::Error> {
+/// use std::time::Duration;
+/// use pgqueuer::{EntrypointOptions, OnFailure, RetryPolicy, Worker};
+///
+/// let pool = pgqueuer::connect("")?; // PGQUEUER_DSN, PGDSN, DATABASE_URL or PG*
+/// let worker = Worker::builder(pool)
+///     .threads(16) // at most 16 jobs at once
+///     .batch_size(16) // each claim takes up to 16 (never more than idle threads)
+///     .heartbeat_timeout(Duration::from_secs(30))
+///     .entrypoint("email", |_job, _ctx| Ok(()))
+///     .entrypoint_with(
+///         "pdf",
+///         EntrypointOptions::new()
+///             .concurrency_limit(4)
+///             .on_failure(OnFailure::Hold)
+///             .retry(RetryPolicy::exponential(5, Duration::from_secs(1), Duration::from_secs(300))),
+///         |_job, ctx| {
+///             if ctx.is_cancelled() {
+///                 return Ok(());
+///             }
+///             Ok(())
+///         },
+///     )
+///     .build()?;
+/// # let _ = worker;
+/// # Ok(())
+/// # }
+/// ```
+pub struct WorkerBuilder {
+    pool: Pool,
+    claimer: ClaimerBuilder,
+    options: Options,
+    resources: Option<Arc<dyn Any + Send + Sync>>,
+    registry: Registry,
+    /// The first bad entrypoint registration, reported by `build()`.
+    error: Option<Error>,
+}
+
+impl WorkerBuilder {
+    pub(crate) fn new(pool: Pool) -> WorkerBuilder {
+        WorkerBuilder {
+            pool,
+            claimer: Claimer::builder(),
+            options: Options::default(),
+            resources: None,
+            registry: Registry::default(),
+            error: None,
+        }
+    }
+
+    /// Executor threads, each running one job at a time: the most jobs this worker runs
+    /// at once. Defaults to 10, the default [`WorkerBuilder::batch_size`], so that a claim
+    /// can take a full batch: a claim never takes more jobs than there are idle threads.
+    ///
+    /// Threads are cheap (the worker holds a fixed few pool connections whatever their
+    /// number). PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)`
+    /// and `batch_size(batch)`: each of its jobs runs as a task of its own.
+    #[must_use]
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.options.threads = threads;
+        self
+    }
+
+    /// Most jobs one claim takes; a claim never takes more than there are idle threads,
+    /// so a batch size above [`WorkerBuilder::threads`] cannot be reached (`build()` logs
+    /// a warning). Defaults to 10, as PgQueuer's.
+    #[must_use]
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.options.batch_size = batch_size;
+        self
+    }
+
+    /// A picked job whose heartbeat is older than this may be re-picked by any worker;
+    /// this worker refreshes its jobs every half of it. Use the same value as every other
+    /// worker of the queue. Defaults to 30 s, as PgQueuer's.
+    #[must_use]
+    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
+        self.claimer = self.claimer.heartbeat_timeout(timeout);
+        self
+    }
+
+    /// Longest the worker waits without a notification before it looks at the table
+    /// again (the fallback when a NOTIFY is lost). It is shortened to the due time of the
+    /// next deferred job. Defaults to 30 s, as PgQueuer's.
+    #[must_use]
+    pub fn dequeue_timeout(mut self, timeout: Duration) -> Self {
+        self.options.dequeue_timeout = timeout;
+        self
+    }
+
+    /// At most this many jobs held by this worker at once, enforced in the claim
+    /// statement (PgQueuer's `max_concurrent_tasks`). Defaults to no limit beyond the
+    /// thread count.
+    #[must_use]
+    pub fn max_concurrent_tasks(mut self, n: u32) -> Self {
+        self.claimer = self.claimer.max_concurrent_tasks(n);
+        self
+    }
+
+    /// After a shutdown request, how long running handlers may go on before
+    /// [`Context::is_cancelled`] turns true for them. Defaults to none (wait for them).
+    #[must_use]
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.options.shutdown_deadline = Some(deadline);
+        self
+    }
+
+    /// Whether a concurrency slot of a limited entrypoint goes straight to this worker's
+    /// next job of it when a job finishes, where the limit is no larger than the thread
+    /// count (so slots, not threads, bound the rate). Defaults to true: one statement and
+    /// one commit end the finished job and claim the next, with the freed slot
+    /// ([`crate::Claimer::complete_and_claim`]). The slot is then never free in between,
+    /// so while this worker has jobs of the entrypoint to run and threads to run them,
+    /// other workers (Python ones included) get none of its slots. With `false` the
+    /// finished job's row is written first and its slot is free to every worker, at the
+    /// price of a second commit per job.
+    #[must_use]
+    pub fn reuse_slots(mut self, reuse: bool) -> Self {
+        self.options.reuse_slots = reuse;
+        self
+    }
+
+    /// Object names. Defaults to PgQueuer's ([`Settings::default`]).
+    #[must_use]
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.claimer = self.claimer.settings(settings);
+        self
+    }
+
+    /// A value every handler can borrow through [`Context::resource`].
+    #[must_use]
+    pub fn resources<T: Any + Send + Sync>(mut self, resources: T) -> Self {
+        self.resources = Some(Arc::new(resources));
+        self
+    }
+
+    /// Runs `handler` for jobs of `name`, with default options.
+    #[must_use]
+    pub fn entrypoint<F>(self, name: &str, handler: F) -> Self
+    where
+        F: Fn(&Job, &Context<'_>) -> HandlerResult + Send + Sync + 'static,
+    {
+        self.entrypoint_with(name, EntrypointOptions::new(), handler)
+    }
+
+    /// Runs `handler` for jobs of `name`, with `options`.
+    #[must_use]
+    pub fn entrypoint_with<F>(mut self, name: &str, options: EntrypointOptions, handler: F) -> Self
+    where
+        F: Fn(&Job, &Context<'_>) -> HandlerResult + Send + Sync + 'static,
+    {
+        let limit = options.concurrency_limit;
+        let handler: Handler = Arc::new(handler);
+        match self.registry.add(name.to_owned(), options, handler) {
+            Ok(()) => self.claimer = self.claimer.entrypoint(name, limit),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    /// Checks the options and the database schema.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad option (no entrypoint, a repeated or empty
+    /// entrypoint name or one with a NUL character, zero threads or batch size, a zero
+    /// timeout or budget, a pool too small for the worker); [`Error::Schema`] when the
+    /// database lacks an object the worker needs, such as the concurrency-slot column or
+    /// index (run `upgrade()` first); [`Error::Pool`] or [`Error::Db`] when the schema
+    /// cannot be checked.
+    pub fn build(self) -> Result<Worker> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let o = self.options;
+        if o.threads == 0 {
+            return Err(Error::invalid(
+                "threads",
+                "a worker needs at least one thread",
+            ));
+        }
+        if o.batch_size == 0 {
+            return Err(Error::invalid("batch_size", "must be at least 1"));
+        }
+        if o.dequeue_timeout.is_zero() {
+            return Err(Error::invalid("dequeue_timeout", "must be positive"));
+        }
+        if self.pool.max_size() < POOL_CONNECTIONS {
+            return Err(Error::invalid(
+                "pool",
+                format!(
+                    "the pool holds at most {} connections; a worker needs {POOL_CONNECTIONS} \
+                     (claims, heartbeats, outcomes), plus any its handlers take",
+                    self.pool.max_size()
+                ),
+            ));
+        }
+        let settings = self.claimer.settings_ref().clone();
+        let claimer = self.claimer.build()?;
+        if o.batch_size > o.threads {
+            log::warn!(
+                "pgqueuer worker: batch_size({}) is larger than threads({}); a claim takes \
+                 at most one job per idle thread, so batches stay at {}: raise threads to \
+                 run more jobs at once",
+                o.batch_size,
+                o.threads,
+                o.threads
+            );
+        }
+        let mut conn = self.pool.get()?;
+        crate::schema::verify_with(&mut conn, &settings)?;
+        let connect = conn.config().clone();
+        drop(conn);
+        // Two claims of a limited entrypoint in flight at once would compute the same free
+        // slots and one would lose the race on the slot index nearly every time.
+        let lanes = if claimer.is_capacity_gated() {
+            1
+        } else {
+            usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_LANES))
+                .unwrap_or(1)
+        };
+        let slots_scarce =
+            self.registry.limits().iter().any(|(_, limit)| {
+                *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= o.threads)
+            });
+        Ok(Worker {
+            config: Arc::new(WorkerConfig {
+                pool: self.pool,
+                connect,
+                settings,
+                claimer,
+                registry: self.registry,
+                threads: o.threads,
+                batch_size: o.batch_size,
+                lanes,
+                slots_scarce,
+                fold_outcomes: slots_scarce && o.reuse_slots,
+                dequeue_timeout: o.dequeue_timeout,
+                shutdown_deadline: o.shutdown_deadline,
+                resources: self.resources,
+            }),
+            shutdown: ShutdownHandle::new().0,
+        })
+    }
+}
+
+/// Everything a worker's run needs that `build()` fixed.
+pub(crate) struct WorkerConfig {
+    pub(crate) pool: Pool,
+    /// The connection settings, for the listener's own connection.
+    pub(crate) connect: postgres::Config,
+    pub(crate) settings: Settings,
+    pub(crate) claimer: Claimer,
+    pub(crate) registry: Registry,
+    pub(crate) threads: usize,
+    pub(crate) batch_size: usize,
+    /// Claim lanes (1 or 2): claims in flight at once.
+    pub(crate) lanes: usize,
+    /// Some entrypoint's concurrency limit is no larger than the thread count, so its
+    /// slots, not the threads, bound how fast its jobs run: outcomes are written sooner,
+    /// and each write wakes the dispatcher.
+    pub(crate) slots_scarce: bool,
+    /// Slots are scarce and reused ([`WorkerBuilder::reuse_slots`]): claims take finished
+    /// jobs' outcomes along and hand their slots to new jobs.
+    pub(crate) fold_outcomes: bool,
+    pub(crate) dequeue_timeout: Duration,
+    pub(crate) shutdown_deadline: Option<Duration>,
+    pub(crate) resources: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl WorkerConfig {
+    /// How often held jobs get a heartbeat: half the timeout, as PgQueuer does.
+    pub(crate) fn heartbeat_interval(&self) -> Duration {
+        self.claimer.heartbeat_timeout() / 2
+    }
+}

@@ -1,0 +1,271 @@
+//! The dispatcher: the one owner of claiming (River's producer). It decides when a claim
+//! is worth its statement, how many jobs it takes (never more than idle executors), when
+//! a second claim connection pays, and hands the claimed jobs to the executors.
+//!
+//! It claims on one or two *lanes*, each a thread with a connection of its own. The
+//! primary lane claims whenever threads are free and claiming is not pointless: it keeps
+//! the quiet spells (after a claim that found nothing, no claim until something changes
+//! or the next deferred job is due), folds finished jobs' outcomes into its claims when
+//! the completer offers them ([`Outcomes::for_claim`]), and stops a drain. The second
+//! lane exists only for workers without concurrency limits, and claims only while claims
+//! come back as full batches: then the batch size, not idle threads, bounds them, and a
+//! second claim in flight runs while the first waits for its commit. (With idle threads
+//! as the bound, two claims would split them and pay two commits.) Two claims of a
+//! limited entrypoint in flight would compute the same free slots, so limited workers
+//! have one lane.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, select};
+
+use super::builder::WorkerConfig;
+use super::completer::Outcomes;
+use super::state::{
+    ConnSlot, Doorbell, Handoff, Idle, Jitter, Running, Wake, sleep_unless_shutdown,
+};
+use crate::claim::Claim;
+use crate::shutdown::ShutdownHandle;
+
+/// Shortest idle wait when work is known to be queued but could not be claimed (limits
+/// full, rows locked): PgQueuer's `min_dequeue_poll_interval`.
+const MIN_POLL: Duration = Duration::from_millis(100);
+
+/// Most held jobs (claimed, not yet written) beyond the thread count before claiming
+/// pauses: their rows and slots stay held until written, so claiming on would only grow
+/// the completer's debt.
+const BACKLOG_LIMIT: usize = 500;
+
+/// The dispatcher's state, shared by its lanes.
+pub(crate) struct Dispatcher<'a> {
+    pub(crate) config: &'a WorkerConfig,
+    pub(crate) doorbell: &'a Doorbell,
+    pub(crate) idle: &'a Idle,
+    pub(crate) handoff: &'a Handoff,
+    pub(crate) running: &'a Running,
+    pub(crate) outcomes: &'a Outcomes,
+    pub(crate) shutdown: &'a ShutdownHandle,
+    /// Drain mode: stop once nothing is queued for our entrypoints and nothing runs.
+    pub(crate) drain: bool,
+    pub(crate) second: SecondLane,
+}
+
+/// What the second lane waits on.
+pub(crate) struct SecondLane {
+    /// The last claim took a full batch with threads to spare: the second lane claims.
+    batch_bound: AtomicBool,
+    /// Wakes the second lane when claims become batch-bound.
+    wake_tx: Sender<()>,
+    wake_rx: Receiver<()>,
+}
+
+impl Default for SecondLane {
+    fn default() -> Self {
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        SecondLane {
+            batch_bound: AtomicBool::new(false),
+            wake_tx,
+            wake_rx,
+        }
+    }
+}
+
+impl Dispatcher<'_> {
+    /// The primary lane: runs until shutdown (or, draining, until the queue is empty).
+    pub(crate) fn run_primary(&self) {
+        let config = self.config;
+        let mut conn = ConnSlot::new(&config.pool);
+        let mut rng = Jitter::new(0);
+        let mut backoff = Duration::from_millis(50);
+        // No claim is worth running before this unless the doorbell says something changed.
+        let mut quiet_until: Option<Instant> = None;
+        while !self.shutdown.is_shutdown() {
+            let backlog = || self.running.len() >= config.threads + BACKLOG_LIMIT;
+            if backlog() {
+                // The completer is behind: claim no more until it has written what ran.
+                let soon = Instant::now() + Duration::from_millis(50);
+                self.wait_while(&[Wake::Written], soon, backlog);
+                self.doorbell.take(Wake::Written);
+                continue;
+            }
+            if self.idle.free() == 0 {
+                let poll = Instant::now() + config.dequeue_timeout;
+                self.wait_while(&[Wake::ThreadFree], poll, || self.idle.free() == 0);
+                self.doorbell.take(Wake::ThreadFree);
+                continue;
+            }
+            if let Some(until) = quiet_until {
+                if Instant::now() < until && !self.quiet_ends() {
+                    self.wait_while(&self.quiet_breakers(), until, || !self.quiet_ends());
+                    continue;
+                }
+                quiet_until = None;
+            }
+            let take = self.idle.reserve(config.batch_size);
+            if take == 0 {
+                continue;
+            }
+            // This claim's snapshot covers every change rung so far.
+            self.doorbell.take(Wake::Changed);
+            self.doorbell.take(Wake::Resync);
+            self.doorbell.take(Wake::Written);
+            self.doorbell.take(Wake::Outcomes);
+            let claim = match self.claim(&mut conn, take, true) {
+                Ok(claim) => claim,
+                Err(e) => {
+                    log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
+                    sleep_unless_shutdown(self.shutdown, backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            };
+            backoff = Duration::from_millis(50);
+            let n = claim.jobs.len();
+            if n > 0 {
+                // A partial batch took everything due as of its snapshot (unless slots
+                // or locked rows were what it lacked): until something changes, another
+                // claim would find nothing. Deferred jobs are looked for again after the
+                // shortest idle wait.
+                if n < take && !claim.lost_race && !config.claimer.is_capacity_gated() {
+                    quiet_until = Some(Instant::now() + MIN_POLL);
+                }
+                self.start(claim.jobs);
+                if self.second.batch_bound.load(Ordering::SeqCst) && self.idle.free() > 0 {
+                    let _ = self.second.wake_tx.try_send(());
+                }
+                continue;
+            }
+            log::trace!("empty claim (lost race: {})", claim.lost_race);
+            if claim.lost_race {
+                // The winner has committed; claim again in a moment.
+                std::thread::sleep(rng.duration(Duration::from_micros(500)));
+                continue;
+            }
+            if self.doorbell.is_pending(Wake::Changed) || self.doorbell.is_pending(Wake::Resync) {
+                // Jobs may have arrived after this claim's snapshot: look again.
+                continue;
+            }
+            let next_due = conn
+                .run(|c| config.claimer.next_due(c))
+                .unwrap_or(Some(MIN_POLL));
+            if self.drain && next_due.is_none() {
+                if self.running.len() == 0 && self.handoff.len() == 0 {
+                    log::debug!("drain: nothing queued and nothing running; stopping");
+                    self.shutdown.shutdown();
+                    break;
+                }
+                // Jobs are still running or being written: look again soon.
+                quiet_until = Some(Instant::now() + MIN_POLL);
+                continue;
+            }
+            let wait = match next_due {
+                Some(due) => due.clamp(MIN_POLL, config.dequeue_timeout),
+                None => config.dequeue_timeout,
+            };
+            if self.drain && wait > MIN_POLL {
+                log::info!(
+                    "pgqueuer drain: nothing is due, but a queued job is deferred (due in \
+                     {:?}); waiting {wait:?} before looking again (run_until_empty waits for \
+                     deferred jobs)",
+                    next_due.unwrap_or_default()
+                );
+            }
+            quiet_until = Some(Instant::now() + wait);
+        }
+    }
+
+    /// The second lane: claims while claims come back full batches.
+    pub(crate) fn run_second(&self) {
+        let config = self.config;
+        let mut conn = ConnSlot::new(&config.pool);
+        loop {
+            select! {
+                recv(self.second.wake_rx) -> _ => {},
+                recv(self.shutdown.receiver()) -> _ => return,
+            }
+            while !self.shutdown.is_shutdown() && self.second.batch_bound.load(Ordering::SeqCst) {
+                let take = self.idle.reserve(config.batch_size);
+                if take == 0 {
+                    break;
+                }
+                match self.claim(&mut conn, take, false) {
+                    Ok(claim) => self.start(claim.jobs),
+                    Err(e) => {
+                        log::warn!("pgqueuer claim failed on the second connection: {e}");
+                        self.second.batch_bound.store(false, Ordering::SeqCst);
+                        sleep_unless_shutdown(self.shutdown, Duration::from_millis(50));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Claims up to `take` jobs (the threads reserved for them), folding in whatever
+    /// outcomes the completer offers when `fold`; gives back the threads the claim did
+    /// not fill.
+    fn claim(&self, conn: &mut ConnSlot<'_>, take: usize, fold: bool) -> crate::Result<Claim> {
+        let config = self.config;
+        let outcomes = if fold {
+            self.outcomes.for_claim()
+        } else {
+            Vec::new()
+        };
+        let claimed = conn.run(|c| config.claimer.complete_and_claim(c, &outcomes, take));
+        let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
+        self.outcomes.after_claim(outcomes, written, self.running);
+        let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
+        self.idle.release(take - taken);
+        if let Ok(claim) = &claimed {
+            self.second.batch_bound.store(
+                config.lanes > 1 && taken == take && take == config.batch_size,
+                Ordering::SeqCst,
+            );
+            log::trace!(
+                "claimed {taken} jobs ({take} threads reserved, lost race: {})",
+                claim.lost_race
+            );
+        }
+        claimed
+    }
+
+    /// Registers claimed jobs as held and hands them to the executors.
+    fn start(&self, jobs: Vec<crate::Job>) {
+        self.running.add(&jobs);
+        self.handoff.push(jobs);
+    }
+
+    /// True when something rang that ends a quiet spell: a change of the table, a
+    /// reconnected listener, written outcomes (slots freed), or outcomes waiting to be
+    /// folded into a claim.
+    fn quiet_ends(&self) -> bool {
+        self.doorbell.take(Wake::Outcomes);
+        self.doorbell.is_pending(Wake::Changed)
+            || self.doorbell.is_pending(Wake::Resync)
+            || self.doorbell.take(Wake::Written)
+            || self.outcomes.waiting_for_claim()
+    }
+
+    /// The conditional reasons that end a quiet spell: written outcomes free slots where
+    /// slots are scarce; outcomes waiting to be folded are a reason to claim.
+    fn quiet_breakers(&self) -> Vec<Wake> {
+        let mut wanted = Vec::with_capacity(2);
+        if self.config.slots_scarce {
+            wanted.push(Wake::Written);
+        }
+        if self.config.fold_outcomes {
+            wanted.push(Wake::Outcomes);
+        }
+        wanted
+    }
+
+    /// Sleeps while `still` holds, until one of `wanted` (or an always-rung reason)
+    /// rings, or `deadline`. The reasons are announced before `still` is checked, so a
+    /// ring between the check and the sleep is not lost.
+    fn wait_while(&self, wanted: &[Wake], deadline: Instant, still: impl Fn() -> bool) {
+        self.doorbell.want(wanted);
+        if still() {
+            self.doorbell.wait(self.shutdown, deadline);
+        }
+        self.doorbell.want(&[]);
+    }
+}

@@ -1,0 +1,451 @@
+//! The few pieces the worker's threads share, each with the one job it does.
+//!
+//! - [`Doorbell`]: how anyone tells the dispatcher that claiming may have become
+//!   worthwhile, and why.
+//! - [`Idle`]: how many executor threads are free and not yet promised a job; the
+//!   dispatcher never claims more.
+//! - [`Handoff`]: claimed jobs on their way to executors, and the one-at-a-time wake chain
+//!   that starts them.
+//! - [`Running`]: the jobs this worker holds, with their cancel flags.
+//! - [`ConnSlot`]: a pool connection a thread keeps for its loop.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, select};
+
+use crate::connect::{Pool, PooledConn};
+use crate::error::{Error, Result};
+use crate::job::{Job, JobId};
+use crate::shutdown::ShutdownHandle;
+use crate::sqlstate;
+
+/// Why the dispatcher is rung. Several reasons can be pending at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Wake {
+    /// The queue table changed (an insert or a requeue; a delete where a concurrency
+    /// limit is ours): jobs may have become claimable.
+    Changed = 1,
+    /// The listener (re)connected: notifications sent meanwhile were lost.
+    Resync = 2,
+    /// An executor finished a job: a thread is free (rung only while the dispatcher
+    /// waits for one, see [`Doorbell::want`]).
+    ThreadFree = 4,
+    /// Finished jobs were written, so their concurrency slots are free.
+    Written = 8,
+    /// Outcomes wait to be folded into the next claim (see `completer`).
+    Outcomes = 16,
+}
+
+/// How the dispatcher is woken: a set of pending [`Wake`] reasons and a token that
+/// unparks it. Ringing costs a thread wake only while the dispatcher sleeps on it, and
+/// senders that are not always relevant ([`Wake::ThreadFree`], [`Wake::Outcomes`]) ring
+/// only while the dispatcher says it waits for them.
+pub(crate) struct Doorbell {
+    /// Reasons rung and not yet taken by the dispatcher.
+    pending: AtomicU8,
+    /// Reasons the dispatcher currently waits for beyond the always-relevant ones.
+    wanted: AtomicU8,
+    token_tx: Sender<()>,
+    token_rx: Receiver<()>,
+}
+
+impl Doorbell {
+    pub(crate) fn new() -> Doorbell {
+        let (token_tx, token_rx) = crossbeam_channel::bounded(1);
+        Doorbell {
+            pending: AtomicU8::new(0),
+            wanted: AtomicU8::new(0),
+            token_tx,
+            token_rx,
+        }
+    }
+
+    /// Records `why` and wakes the dispatcher if it sleeps.
+    pub(crate) fn ring(&self, why: Wake) {
+        self.pending.fetch_or(why as u8, Ordering::SeqCst);
+        let _ = self.token_tx.try_send(());
+    }
+
+    /// Rings only if the dispatcher is waiting for `why` (see [`Doorbell::want`]).
+    pub(crate) fn ring_if_wanted(&self, why: Wake) {
+        if self.wanted.load(Ordering::SeqCst) & why as u8 != 0 {
+            self.ring(why);
+        }
+    }
+
+    /// Says which of the conditional reasons the dispatcher waits for from now on.
+    pub(crate) fn want(&self, reasons: &[Wake]) {
+        let bits = reasons.iter().fold(0, |acc, r| acc | *r as u8);
+        self.wanted.store(bits, Ordering::SeqCst);
+    }
+
+    /// Takes `why` if it is pending.
+    pub(crate) fn take(&self, why: Wake) -> bool {
+        self.pending.fetch_and(!(why as u8), Ordering::SeqCst) & why as u8 != 0
+    }
+
+    /// Whether `why` is pending, leaving it so.
+    pub(crate) fn is_pending(&self, why: Wake) -> bool {
+        self.pending.load(Ordering::SeqCst) & why as u8 != 0
+    }
+
+    /// Sleeps until rung, shutdown or `deadline`. The reasons stay pending for
+    /// [`Doorbell::take`] and [`Doorbell::is_pending`].
+    pub(crate) fn wait(&self, shutdown: &ShutdownHandle, deadline: Instant) {
+        select! {
+            recv(self.token_rx) -> _ => {},
+            recv(shutdown.receiver()) -> _ => {},
+            default(deadline.saturating_duration_since(Instant::now())) => {},
+        }
+    }
+}
+
+/// Executor threads that are idle and not promised a handed-over job.
+///
+/// The dispatcher reserves up to a batch of them before it claims, so that a claim never
+/// takes more jobs than there are threads to start them (a claimed job of a limited
+/// entrypoint holds a concurrency slot: over-claiming would starve other workers), and
+/// gives back what the claim did not fill. Each executor gives one back when it finishes
+/// a job, whether it then takes a handed-over job or goes idle: the count stays "idle
+/// threads minus jobs waiting for one" either way.
+pub(crate) struct Idle(AtomicUsize);
+
+impl Idle {
+    pub(crate) fn new(threads: usize) -> Idle {
+        Idle(AtomicUsize::new(threads))
+    }
+
+    /// Reserves up to `want` threads; returns how many (0 when none is free).
+    pub(crate) fn reserve(&self, want: usize) -> usize {
+        let mut current = self.0.load(Ordering::SeqCst);
+        loop {
+            let take = current.min(want);
+            if take == 0 {
+                return 0;
+            }
+            match self.0.compare_exchange(
+                current,
+                current - take,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return take,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Gives back `n` threads.
+    pub(crate) fn release(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// How many are free now.
+    pub(crate) fn free(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Claimed jobs waiting for an executor, and how idle executors are woken for them.
+///
+/// Nobody blocks on the job queue itself, so pushing wakes no thread. Instead one idle
+/// executor is woken, and each taker wakes one more while jobs remain: a batch of short
+/// jobs wakes only the few threads it keeps busy, rather than one per job (a wake of a
+/// sleeping thread costs several microseconds of CPU, as much as PostgreSQL spends on a
+/// good part of a short job). No job waits for a wake that never comes: an executor back
+/// from a job takes the next waiting one before it sleeps.
+pub(crate) struct Handoff {
+    jobs_tx: Sender<Job>,
+    jobs_rx: Receiver<Job>,
+    wake_tx: Sender<()>,
+    wake_rx: Receiver<()>,
+    /// A wake token is on its way to an idle executor that has not yet come round; while
+    /// it is, takers send no more (each token wakes a thread).
+    waking: AtomicBool,
+}
+
+impl Handoff {
+    pub(crate) fn new(threads: usize) -> Handoff {
+        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(threads.max(1));
+        Handoff {
+            jobs_tx,
+            jobs_rx,
+            wake_tx,
+            wake_rx,
+            waking: AtomicBool::new(false),
+        }
+    }
+
+    /// Queues claimed jobs and wakes one idle executor for them.
+    pub(crate) fn push(&self, jobs: Vec<Job>) {
+        if jobs.is_empty() {
+            return;
+        }
+        for job in jobs {
+            // Cannot fail: this struct holds a receiver.
+            let _ = self.jobs_tx.send(job);
+        }
+        self.wake_one();
+    }
+
+    /// A waiting job, if any; wakes one more idle executor when others still wait.
+    pub(crate) fn take(&self) -> Option<Job> {
+        let job = self.jobs_rx.try_recv().ok()?;
+        if !self.jobs_rx.is_empty() {
+            self.wake_one();
+        }
+        Some(job)
+    }
+
+    /// How many jobs wait.
+    pub(crate) fn len(&self) -> usize {
+        self.jobs_rx.len()
+    }
+
+    fn wake_one(&self) {
+        if !self.waking.swap(true, Ordering::SeqCst) {
+            let _ = self.wake_tx.try_send(());
+        }
+    }
+
+    /// Sleeps until woken for jobs, or until `done` disconnects (no job can come any
+    /// more); returns false then.
+    pub(crate) fn wait(&self, done: &Receiver<()>) -> bool {
+        select! {
+            recv(self.wake_rx) -> _ => {
+                self.waking.store(false, Ordering::SeqCst);
+                true
+            }
+            recv(done) -> _ => false,
+        }
+    }
+}
+
+/// The jobs this worker holds (claimed and not yet written), each with its cancel flag.
+/// The dispatcher adds claimed jobs; executors read their job's flag; the completer
+/// removes a job once its outcome is written (or the claim that folded it in does); the
+/// heartbeat thread refreshes every id; the listener and the shutdown deadline set flags.
+#[derive(Default)]
+pub(crate) struct Running(Mutex<HashMap<JobId, Arc<AtomicBool>>>);
+
+impl Running {
+    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Arc<AtomicBool>>> {
+        lock(&self.0)
+    }
+
+    pub(crate) fn add(&self, jobs: &[Job]) {
+        let mut map = self.map();
+        for job in jobs {
+            map.insert(job.id, Arc::new(AtomicBool::new(false)));
+        }
+    }
+
+    pub(crate) fn remove(&self, ids: impl IntoIterator<Item = JobId>) {
+        let mut map = self.map();
+        for id in ids {
+            map.remove(&id);
+        }
+    }
+
+    /// The cancel flag of `id`, if it is held.
+    pub(crate) fn flag(&self, id: JobId) -> Option<Arc<AtomicBool>> {
+        self.map().get(&id).cloned()
+    }
+
+    /// Flags the held jobs among `ids` as cancelled; returns how many were held.
+    pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
+        let map = self.map();
+        ids.iter()
+            .filter_map(|id| map.get(id))
+            .map(|flag| flag.store(true, Ordering::SeqCst))
+            .count()
+    }
+
+    /// Flags every held job as cancelled; returns how many.
+    pub(crate) fn cancel_all(&self) -> usize {
+        let map = self.map();
+        for flag in map.values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+        map.len()
+    }
+
+    pub(crate) fn ids(&self) -> Vec<JobId> {
+        self.map().keys().copied().collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+/// A pool connection a thread keeps for its loop: checked out on first use, set to plan
+/// with indexes only ([`crate::Conn::plan_with_indexes`]; the pool closes it when it is
+/// given back rather than hand the setting to another user), and given back after an
+/// error that means the connection is gone, so that the next use opens a fresh one.
+pub(crate) struct ConnSlot<'a> {
+    pool: &'a Pool,
+    conn: Option<PooledConn>,
+}
+
+impl<'a> ConnSlot<'a> {
+    pub(crate) fn new(pool: &'a Pool) -> ConnSlot<'a> {
+        ConnSlot { pool, conn: None }
+    }
+
+    /// Runs `op` on the connection (checking one out first if needed); after a failure
+    /// that lost the connection, gives it back.
+    pub(crate) fn run<T>(&mut self, op: impl FnOnce(&mut PooledConn) -> Result<T>) -> Result<T> {
+        if self.conn.is_none() {
+            let mut conn = self.pool.get()?;
+            conn.plan_with_indexes()?;
+            self.conn = Some(conn);
+        }
+        let conn = self
+            .conn
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("set above"));
+        let result = op(conn);
+        if let Err(e) = &result {
+            let lost = match e {
+                Error::Db(db) => sqlstate::is_connection_lost(db),
+                Error::Pool(_) => true,
+                _ => false,
+            };
+            if lost || conn.is_closed() {
+                self.conn = None;
+            }
+        }
+        result
+    }
+
+    /// Gives the connection back (the pool closes it).
+    pub(crate) fn release(&mut self) {
+        self.conn = None;
+    }
+}
+
+/// Locks a mutex, recovering from poisoning (a panicking handler never holds one, and
+/// every update under these locks leaves the data consistent).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A small xorshift generator for jitter (no dependency, no shared state).
+pub(crate) struct Jitter(u64);
+
+impl Jitter {
+    pub(crate) fn new(seed: usize) -> Jitter {
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Jitter(u64::from(time) ^ (seed as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `[0, max)`.
+    pub(crate) fn duration(&mut self, max: Duration) -> Duration {
+        max.mul_f64(self.unit())
+    }
+}
+
+/// Sleeps for `d`, or less if shutdown comes first.
+pub(crate) fn sleep_unless_shutdown(shutdown: &ShutdownHandle, d: Duration) {
+    let _ = shutdown.receiver().recv_timeout(d);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_in_range() {
+        let mut j = Jitter::new(3);
+        for _ in 0..1000 {
+            let u = j.unit();
+            assert!((0.0..1.0).contains(&u));
+        }
+    }
+
+    #[test]
+    fn idle_threads_are_reserved_and_given_back() {
+        let idle = Idle::new(4);
+        assert_eq!(idle.reserve(3), 3);
+        assert_eq!(idle.reserve(3), 1);
+        assert_eq!(idle.reserve(1), 0);
+        idle.release(2);
+        assert_eq!(idle.free(), 2);
+    }
+
+    #[test]
+    fn the_doorbell_keeps_reasons_until_taken_and_rings_wanted_ones_only() {
+        let bell = Doorbell::new();
+        bell.ring_if_wanted(Wake::ThreadFree);
+        assert!(!bell.is_pending(Wake::ThreadFree));
+        bell.want(&[Wake::ThreadFree]);
+        bell.ring_if_wanted(Wake::ThreadFree);
+        bell.ring(Wake::Changed);
+        assert!(bell.is_pending(Wake::Changed) && bell.is_pending(Wake::ThreadFree));
+        assert!(bell.take(Wake::Changed));
+        assert!(!bell.take(Wake::Changed));
+        assert!(bell.is_pending(Wake::ThreadFree));
+    }
+
+    #[test]
+    fn handed_over_jobs_wake_one_thread_at_a_time() {
+        let handoff = Handoff::new(4);
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
+        let job = |id| Job {
+            id,
+            priority: 0,
+            queue_manager_id: None,
+            created: std::time::SystemTime::UNIX_EPOCH,
+            updated: std::time::SystemTime::UNIX_EPOCH,
+            heartbeat: std::time::SystemTime::UNIX_EPOCH,
+            execute_after: std::time::SystemTime::UNIX_EPOCH,
+            status: crate::job::Status::Picked,
+            entrypoint: "e".into(),
+            dedupe_key: None,
+            payload: None,
+            headers: None,
+            attempts: 0,
+            slot: None,
+        };
+        handoff.push(vec![job(1), job(2), job(3)]);
+        // One token for the batch, not three.
+        assert_eq!(handoff.wake_rx.len(), 1);
+        assert!(handoff.wait(&done_rx));
+        assert_eq!(handoff.take().map(|j| j.id), Some(1));
+        // The taker woke the next one, since jobs remain.
+        assert_eq!(handoff.wake_rx.len(), 1);
+        assert_eq!(handoff.take().map(|j| j.id), Some(2));
+        assert_eq!(
+            handoff.wake_rx.len(),
+            1,
+            "no second token while one is on its way"
+        );
+        assert!(handoff.wait(&done_rx));
+        assert_eq!(handoff.take().map(|j| j.id), Some(3));
+        assert!(handoff.take().is_none());
+        drop(done_tx);
+        assert!(!handoff.wait(&done_rx));
+    }
+}
