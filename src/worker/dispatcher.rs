@@ -31,6 +31,12 @@ use crate::shutdown::ShutdownHandle;
 /// full, rows locked): PgQueuer's `min_dequeue_poll_interval`.
 const MIN_POLL: Duration = Duration::from_millis(100);
 
+/// How long the dispatcher, with every thread busy on jobs of a full claim, waits for
+/// more threads once the first comes back. Short jobs of one batch end within
+/// microseconds of each other; claiming for the first thread alone would pay a commit for
+/// one job. A job that runs long delays its successor by at most this.
+const GATHER: Duration = Duration::from_micros(200);
+
 /// Most held jobs (claimed, not yet written) beyond the thread count before claiming
 /// pauses: their rows and slots stay held until written, so claiming on would only grow
 /// the completer's debt.
@@ -79,6 +85,8 @@ impl Dispatcher<'_> {
         let mut backoff = Duration::from_millis(50);
         // No claim is worth running before this unless the doorbell says something changed.
         let mut quiet_until: Option<Instant> = None;
+        // The last claim filled every thread it reserved: more work is likely waiting.
+        let mut last_full = false;
         while !self.shutdown.is_shutdown() {
             let backlog = || self.running.len() >= config.threads + BACKLOG_LIMIT;
             if backlog() {
@@ -92,6 +100,9 @@ impl Dispatcher<'_> {
                 let poll = Instant::now() + config.dequeue_timeout;
                 self.wait_while(&[Wake::ThreadFree], poll, || self.idle.free() == 0);
                 self.doorbell.take(Wake::ThreadFree);
+                if last_full {
+                    self.gather();
+                }
                 continue;
             }
             if let Some(until) = quiet_until {
@@ -121,6 +132,7 @@ impl Dispatcher<'_> {
             };
             backoff = Duration::from_millis(50);
             let n = claim.jobs.len();
+            last_full = n == take;
             if n > 0 {
                 // A partial batch took everything due as of its snapshot (unless slots
                 // or locked rows were what it lacked): until something changes, another
@@ -172,6 +184,17 @@ impl Dispatcher<'_> {
             }
             quiet_until = Some(Instant::now() + wait);
         }
+    }
+
+    /// With threads coming back from a full claim's jobs, waits up to [`GATHER`] for as
+    /// many as a claim could use, so that one claim (and one commit) serves them.
+    fn gather(&self) {
+        let target = self.config.batch_size.min(self.config.threads);
+        let until = Instant::now() + GATHER;
+        self.doorbell.want_threads(target);
+        self.wait_while(&[Wake::ThreadFree], until, || self.idle.free() < target);
+        self.doorbell.want_threads(1);
+        self.doorbell.take(Wake::ThreadFree);
     }
 
     /// The second lane: claims while claims come back full batches.

@@ -75,7 +75,7 @@ impl Executor<'_> {
         }
         self.idle.release(1);
         self.doorbell.ring_if_wanted(Wake::Outcomes);
-        self.doorbell.ring_if_wanted(Wake::ThreadFree);
+        self.doorbell.thread_freed(self.idle.free());
     }
 
     /// Runs the handler and decides the job's outcome.

@@ -49,6 +49,8 @@ pub(crate) struct Doorbell {
     pending: AtomicU8,
     /// Reasons the dispatcher currently waits for beyond the always-relevant ones.
     wanted: AtomicU8,
+    /// While [`Wake::ThreadFree`] is wanted: how many free threads are worth a ring.
+    threads_wanted: AtomicUsize,
     token_tx: Sender<()>,
     token_rx: Receiver<()>,
 }
@@ -59,6 +61,7 @@ impl Doorbell {
         Doorbell {
             pending: AtomicU8::new(0),
             wanted: AtomicU8::new(0),
+            threads_wanted: AtomicUsize::new(1),
             token_tx,
             token_rx,
         }
@@ -75,6 +78,19 @@ impl Doorbell {
         if self.wanted.load(Ordering::SeqCst) & why as u8 != 0 {
             self.ring(why);
         }
+    }
+
+    /// Rings [`Wake::ThreadFree`] if the dispatcher waits for threads and `free` of them
+    /// are enough (see [`Doorbell::want_threads`]).
+    pub(crate) fn thread_freed(&self, free: usize) {
+        if free >= self.threads_wanted.load(Ordering::SeqCst) {
+            self.ring_if_wanted(Wake::ThreadFree);
+        }
+    }
+
+    /// How many free threads [`Doorbell::thread_freed`] waits for before it rings.
+    pub(crate) fn want_threads(&self, n: usize) {
+        self.threads_wanted.store(n.max(1), Ordering::SeqCst);
     }
 
     /// Says which of the conditional reasons the dispatcher waits for from now on.
