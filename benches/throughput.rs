@@ -178,7 +178,7 @@ fn flow(
                 // A producer holds its connection, as PgQueuer's benchmark producer does.
                 let mut conn = queue.pool().get().unwrap();
                 while !stop.load(Ordering::Relaxed) {
-                    queue.enqueue_many_on(&mut conn, &jobs).unwrap();
+                    queue.on(&mut *conn).enqueue_many(&jobs).unwrap();
                 }
             });
         }

@@ -97,7 +97,7 @@ pub use connect::{
 pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
-pub use queue::{NewJob, OnConflict, Queue, QueueSize};
+pub use queue::{EnqueueTarget, NewJob, OnConflict, Queue, QueueOn, QueueSize};
 pub use scheduler::Scheduler;
 pub use schedules::{Schedule, ScheduleId};
 pub use schema::{

@@ -6,18 +6,8 @@
 
 use super::quote_identifier;
 use crate::job::Job;
+use crate::queue::OnConflict;
 use crate::settings::Settings;
-
-/// How an enqueue treats a job whose dedupe key is held by a queued or picked job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Conflict {
-    /// No ON CONFLICT clause: the unique index raises 23505.
-    Raise,
-    /// `ON CONFLICT ... DO NOTHING`.
-    Skip,
-    /// `ON CONFLICT ... DO UPDATE SET priority = GREATEST(...)`.
-    UpdatePriority,
-}
 
 /// Every statement of the producer API for one set of object names.
 #[derive(Debug)]
@@ -61,9 +51,9 @@ impl QueueSql {
     /// Renders every statement for `s`, which must have passed `Settings::validate`.
     pub(crate) fn new(s: &Settings) -> QueueSql {
         QueueSql {
-            insert_many_raise: queue_insert_many(s, Conflict::Raise),
-            insert_many_skip: queue_insert_many(s, Conflict::Skip),
-            insert_many_update_priority: queue_insert_many(s, Conflict::UpdatePriority),
+            insert_many_raise: queue_insert_many(s, OnConflict::Raise),
+            insert_many_skip: queue_insert_many(s, OnConflict::Skip),
+            insert_many_update_priority: queue_insert_many(s, OnConflict::UpdatePriority),
             cancel: queue_cancel(s),
             count: queue_count(s),
             clear: queue_clear(s),
@@ -83,11 +73,11 @@ impl QueueSql {
     }
 
     /// The insert statement for a conflict mode.
-    pub(crate) fn insert_many(&self, conflict: Conflict) -> &str {
+    pub(crate) fn insert_many(&self, conflict: OnConflict) -> &str {
         match conflict {
-            Conflict::Raise => &self.insert_many_raise,
-            Conflict::Skip => &self.insert_many_skip,
-            Conflict::UpdatePriority => &self.insert_many_update_priority,
+            OnConflict::Raise => &self.insert_many_raise,
+            OnConflict::Skip => &self.insert_many_skip,
+            OnConflict::UpdatePriority => &self.insert_many_update_priority,
         }
     }
 }
@@ -110,7 +100,7 @@ pub(crate) const CHANNEL_NOTIFY_MANY: &str =
 /// again. The delay is added as whole seconds plus the microsecond remainder, both exact
 /// in double precision, and as a pure time span (never days), so it means the same
 /// elapsed time across a daylight-saving change.
-fn queue_insert_many(s: &Settings, conflict: Conflict) -> String {
+fn queue_insert_many(s: &Settings, conflict: OnConflict) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let status = s.qualify(&s.queue_status_type);
@@ -119,9 +109,9 @@ fn queue_insert_many(s: &Settings, conflict: Conflict) -> String {
          AND (dedupe_key IS NOT NULL))"
     );
     let (on_conflict, join) = match conflict {
-        Conflict::Raise => (String::new(), "i.id = ins.id"),
-        Conflict::Skip => (format!("{arbiter} DO NOTHING"), "i.id = ins.id"),
-        Conflict::UpdatePriority => (
+        OnConflict::Raise => (String::new(), "i.id = ins.id"),
+        OnConflict::Skip => (format!("{arbiter} DO NOTHING"), "i.id = ins.id"),
+        OnConflict::UpdatePriority => (
             format!("{arbiter} DO UPDATE SET priority = GREATEST(job.priority, EXCLUDED.priority)"),
             "i.id = ins.id OR i.dedupe_key = ins.dedupe_key",
         ),

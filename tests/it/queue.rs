@@ -154,7 +154,8 @@ fn ids_come_back_in_input_order_from_one_statement_per_batch() {
     let mut direct = config.connect(pgqueuer::postgres::NoTls).unwrap();
     let (executes, syncs) = (proxy.count(b'E'), proxy.count(b'S'));
     let ids = queue
-        .enqueue_many_in(&mut direct, &[job("a"), job("b"), job("c")])
+        .on(&mut direct)
+        .enqueue_many(&[job("a"), job("b"), job("c")])
         .unwrap();
     assert_eq!(ids.len(), 3);
     assert_eq!(proxy.count(b'E') - executes, 1);
@@ -174,7 +175,7 @@ fn a_held_connection_enqueues_with_one_prepared_statement_and_no_probe() {
             .map(|i| NewJob::new("held", format!("{round}-{i}")))
             .collect();
         let (executes, syncs) = (proxy.count(b'E'), proxy.count(b'S'));
-        let ids = queue.enqueue_many_on(&mut conn, &jobs).unwrap();
+        let ids = queue.on(&mut *conn).enqueue_many(&jobs).unwrap();
         assert_eq!(proxy.count(b'E') - executes, 1, "round {round}: statements");
         // The first batch also prepares the statement (one more round trip).
         let expected = if round == 0 { 2 } else { 1 };
@@ -209,7 +210,8 @@ fn a_held_connection_enqueues_with_one_prepared_statement_and_no_probe() {
     // Bad input is refused before anything is sent, and nothing is stored.
     let executes = proxy.count(b'E');
     let err = queue
-        .enqueue_many_on(&mut conn, &[job("held"), job("")])
+        .on(&mut *conn)
+        .enqueue_many(&[job("held"), job("")])
         .unwrap_err();
     assert_eq!(field_of(err), "jobs[1].entrypoint");
     assert_eq!(proxy.count(b'E'), executes);
@@ -231,10 +233,11 @@ fn a_rolled_back_enqueue_leaves_no_job_and_sends_nothing() {
     let mut client = db.client();
     {
         let mut tx = client.transaction().unwrap();
-        let id = queue.enqueue_in(&mut tx, job("tx")).unwrap();
+        let id = queue.on(&mut tx).enqueue(job("tx")).unwrap();
         assert!(id > 0);
         let ids = queue
-            .enqueue_many_in(&mut tx, &[job("tx"), job("tx")])
+            .on(&mut tx)
+            .enqueue_many(&[job("tx"), job("tx")])
             .unwrap();
         assert_eq!(ids.len(), 2);
         tx.rollback().unwrap();
@@ -254,7 +257,7 @@ fn a_committed_enqueue_wakes_a_listener() {
     let mut listener = Listener::new(&db);
     let mut client = db.client();
     let mut tx = client.transaction().unwrap();
-    let id = queue.enqueue_in(&mut tx, job("tx")).unwrap();
+    let id = queue.on(&mut tx).enqueue(job("tx")).unwrap();
     // Nothing is announced before the commit.
     assert_eq!(
         listener.collect(Duration::from_millis(200)),
@@ -317,7 +320,7 @@ fn skip_leaves_none_where_a_key_is_held_or_repeated() {
     let mut client = db.client();
     let held = queue.enqueue(job("ep").dedupe_key("k")).unwrap();
     let ids = queue
-        .enqueue_many_with(
+        .enqueue_with(
             &[
                 job("ep").dedupe_key("k"),
                 job("ep").dedupe_key("x"),
@@ -334,9 +337,9 @@ fn skip_leaves_none_where_a_key_is_held_or_repeated() {
     assert_eq!(count(&mut client, "SELECT count(*) FROM pgqueuer_log"), 3);
     assert_eq!(
         queue
-            .enqueue_with(job("ep").dedupe_key("k"), OnConflict::Skip)
+            .enqueue_with(&[job("ep").dedupe_key("k")], OnConflict::Skip)
             .unwrap(),
-        None
+        [None]
     );
     // The first occurrence in the batch is the one kept.
     let kept: String = client
@@ -355,7 +358,7 @@ fn update_priority_raises_the_held_job_and_returns_its_id() {
         .enqueue(job("ep").dedupe_key("k").priority(1))
         .unwrap();
     let ids = queue
-        .enqueue_many_with(
+        .enqueue_with(
             &[
                 job("ep").dedupe_key("k").priority(5),
                 job("ep").dedupe_key("n"),
@@ -375,7 +378,7 @@ fn update_priority_raises_the_held_job_and_returns_its_id() {
     assert_eq!(priority(&mut client), 5);
     // A lower priority does not lower it.
     let again = queue
-        .enqueue_many_with(
+        .enqueue_with(
             &[job("ep").dedupe_key("k").priority(2)],
             OnConflict::UpdatePriority,
         )
@@ -386,7 +389,7 @@ fn update_priority_raises_the_held_job_and_returns_its_id() {
     assert_eq!(count(&mut client, "SELECT count(*) FROM pgqueuer_log"), 2);
     // A key twice in one call is refused before any SQL.
     let err = queue
-        .enqueue_many_with(
+        .enqueue_with(
             &[job("ep").dedupe_key("z"), job("ep").dedupe_key("z")],
             OnConflict::UpdatePriority,
         )
@@ -407,7 +410,9 @@ fn racing_producers_with_one_key_yield_one_job_and_seven_duplicates() {
                 let mut client = db.client();
                 scope.spawn(move || {
                     barrier.wait();
-                    queue.enqueue_in(&mut client, job("race").dedupe_key("same"))
+                    queue
+                        .on(&mut client)
+                        .enqueue(job("race").dedupe_key("same"))
                 })
             })
             .collect();
@@ -549,14 +554,12 @@ fn bad_input_names_the_field_sends_nothing_and_inserts_nothing() {
         let err = queue.enqueue(bad).unwrap_err();
         assert!(err.to_string().contains(field), "{err}");
         assert_eq!(field_of(err), *field);
-        let err = queue.enqueue_in(&mut direct, bad).unwrap_err();
+        let err = queue.on(&mut direct).enqueue(bad).unwrap_err();
         assert_eq!(field_of(err), *field);
         let batch = [job("fine"), bad.clone()];
         let err = queue.enqueue_many(&batch).unwrap_err();
         assert_eq!(field_of(err), format!("jobs[1].{field}"));
-        let err = queue
-            .enqueue_many_with(&batch, OnConflict::Skip)
-            .unwrap_err();
+        let err = queue.enqueue_with(&batch, OnConflict::Skip).unwrap_err();
         assert_eq!(field_of(err), format!("jobs[1].{field}"));
     }
     // A batch over the size limit (zeroed memory is lazy: this allocates nothing real).
@@ -897,7 +900,7 @@ fn a_queue_with_prefix_and_schema_uses_its_own_objects() {
     let queue = Queue::with_settings(db.pool(2), &settings).unwrap();
     client.batch_execute("LISTEN \"app_ch_pgqueuer\"").unwrap();
     let ids = queue
-        .enqueue_many_with(
+        .enqueue_with(
             &[job("p").dedupe_key("k"), job("p").dedupe_key("k")],
             OnConflict::Skip,
         )

@@ -34,7 +34,8 @@ pub(crate) fn enqueue(ctx: &Context, args: Enqueue) -> Outcome {
     }
     // As PgQueuer does: always skip in SQL (no error in the server log); the choice only
     // decides the exit status.
-    match ctx.queue()?.enqueue_with(job, OnConflict::Skip)? {
+    let enqueued = ctx.queue()?.enqueue_with(&[job], OnConflict::Skip)?;
+    match enqueued.first().copied().flatten() {
         Some(id) => println!("Enqueued job {id}."),
         None if args.on_conflict == OnConflictArg::Raise => {
             return Err(fail(format!(
