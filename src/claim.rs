@@ -3,8 +3,8 @@
 //! A [`Claimer`] claims jobs for one worker identity: fresh queued jobs (highest priority
 //! first, then oldest) and stale picked ones (heartbeat older than the timeout), in one
 //! statement. Every fresh claim of an entrypoint with a concurrency limit takes a numbered
-//! seat in `0..limit`; the partial unique index `<queue>_picked_slot_idx` rejects a second
-//! holder of a seat even when the first claim is not yet visible, and the loser's claim
+//! slot in `0..limit`; the partial unique index `<queue>_picked_slot_idx` rejects a second
+//! holder of a slot even when the first claim is not yet visible, and the loser's claim
 //! comes back empty ([`Claim::lost_race`]). [`crate::Worker`] is built on this; use it
 //! directly to write your own loop, on a connection you keep and have set with
 //! [`crate::Conn::plan_with_indexes`] (as the worker does), so that its plans cannot fall
@@ -29,7 +29,7 @@ pub struct Claim {
     /// The claimed jobs, highest priority first, then lowest id.
     pub jobs: Vec<Job>,
     /// True when the claim lost a race and eligible work may remain, so the caller should
-    /// claim again soon rather than wait: it lost a capacity seat to a concurrent claim
+    /// claim again soon rather than wait: it lost a capacity slot to a concurrent claim
     /// (the batch is then empty), was a deadlock victim, or found candidates of a limited
     /// entrypoint locked or taken by a concurrent claim (it may then hold fewer jobs
     /// than it could have).
@@ -286,7 +286,7 @@ impl Claimer {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a zero `batch_size`; [`Error::Db`] for any database
-    /// error other than a lost seat race or deadlock (which give an empty [`Claim`]).
+    /// error other than a lost slot race or deadlock (which give an empty [`Claim`]).
     pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
         let statement = conn.prepare_cached(self.claim_sql())?;
         self.run_claim(conn.client(), &statement, batch_size, None)
@@ -294,7 +294,7 @@ impl Claimer {
 
     /// Ends claimed jobs and claims up to `batch_size` more, in one statement and one
     /// commit: [`Claimer::complete`] and [`Claimer::claim`] at the price of one. The
-    /// seats the ended jobs held are free to this claim already, so a limited entrypoint
+    /// slots the ended jobs held are free to this claim already, so a limited entrypoint
     /// runs its next job without waiting for a second commit. Outcomes of rows this
     /// worker no longer owns are skipped, and so are rows a concurrent claim holds locked
     /// for a moment: [`Claim::ended`] lists those written, and the caller ends the others
@@ -386,7 +386,7 @@ impl Claimer {
                 Ok(claim)
             }
             Err(e) => match sqlstate::classify(&e, &self.statements.slot_index) {
-                kind @ (ErrorKind::LostSlotRace | ErrorKind::Deadlock) => {
+                kind if kind.is_lost_race() => {
                     log::trace!("claim lost a race ({kind:?}); reporting an empty batch");
                     Ok(Claim {
                         lost_race: true,
@@ -404,7 +404,7 @@ impl Claimer {
     /// still owned and got their log row.
     ///
     /// A row briefly locked by a concurrent claim is not waited for (that could deadlock
-    /// against the claim's seat check); it is retried a millisecond later, so every owned
+    /// against the claim's slot check); it is retried a millisecond later, so every owned
     /// row is ended before this returns.
     ///
     /// # Errors

@@ -57,23 +57,22 @@ impl Conn {
     /// PostgreSQL chooses plans from the table's size and statistics, and a prepared
     /// statement keeps the generic plan it made on its sixth run. A queue table is often
     /// empty when a worker starts and large minutes later, and without a fresh `ANALYZE`
-    /// (autovacuum off or behind) the planner guesses. Measured: a plan made on the empty
-    /// table scanned the whole table for each completion, 3 to 4 times slower; and a
-    /// claim planned to read every due job of the entrypoint through the
-    /// `(entrypoint, execute_after)` index and sort them all, rather than read the first
-    /// few in `(entrypoint, priority, id)` order, which cut a 200,000-job backlog's flow
-    /// from 5,400 to 290 jobs/s. Bitmap scans are off too because they never mark the
-    /// index entries of deleted rows dead, so with vacuum behind every later scan of those
+    /// (autovacuum off or behind) the planner guesses: a plan made on the empty table
+    /// scans the whole table for each completion, and a claim may read every due job of
+    /// the entrypoint through the `(entrypoint, execute_after)` index and sort them all,
+    /// rather than read the first few in `(entrypoint, priority, id)` order; either
+    /// grows with the backlog. Bitmap scans are off too because they never mark the index
+    /// entries of deleted rows dead, so with vacuum behind every later scan of those
     /// indexes steps over them again; plain index scans mark them, and later scans skip
     /// them. (Off only penalizes: a statement that cannot avoid a sort still sorts, and
     /// the penalty lifts its estimated cost past the JIT threshold, so JIT is off too:
-    /// compiling took longer than running any of these statements.)
+    /// compiling takes longer than running any of these statements.)
     ///
     /// Plans are generic from the first run (`plan_cache_mode = force_generic_plan`):
     /// with the scans above off, the generic plan is the right one at any table size, and
     /// otherwise PostgreSQL may keep re-planning each run when column statistics (say,
-    /// from an `ANALYZE` of a full queue) make custom plans look cheaper. Re-planning the
-    /// claim on every run cut a drain of 50,000 jobs from 20,500 to 14,000 jobs/s.
+    /// from an `ANALYZE` of a full queue) make custom plans look cheaper. The figures are
+    /// in the CHANGELOG and the README's benchmark section.
     ///
     /// # Errors
     /// The database's error.

@@ -99,7 +99,7 @@ pub struct Job {
     pub headers: Option<serde_json::Value>,
     /// How many times the job was requeued by a retry.
     pub attempts: i32,
-    /// The capacity seat held while picked under a concurrency limit.
+    /// The capacity slot held while picked under a concurrency limit.
     pub slot: Option<i64>,
 }
 

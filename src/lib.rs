@@ -80,13 +80,12 @@ pub mod events;
 mod job;
 pub mod ops;
 mod queue;
-mod scheduler;
 pub mod schedules;
 mod schema;
 mod settings;
 mod shutdown;
 mod sql;
-pub mod sqlstate;
+mod sqlstate;
 mod time;
 mod worker;
 
@@ -98,8 +97,7 @@ pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
 pub use queue::{EnqueueTarget, NewJob, OnConflict, Queue, QueueOn, QueueSize};
-pub use scheduler::Scheduler;
-pub use schedules::{Schedule, ScheduleId};
+pub use schedules::{Schedule, ScheduleId, Scheduler};
 pub use schema::{
     UpgradePlan, UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade,
     upgrade_plan_with, upgrade_sql, upgrade_with, verify, verify_with,

@@ -10,7 +10,7 @@ use postgres::error::SqlState;
 /// What kind of failure a database error is, as far as this crate acts on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// SQLSTATE 23505 on the capacity-slot index (`<queue_table>_picked_slot_idx`): a
     /// concurrent claim took the same `(entrypoint, slot)` first. Treated as an empty batch.
     LostSlotRace,
@@ -30,14 +30,14 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// True when the failed claim should be reported as an empty batch.
-    pub fn is_lost_race(&self) -> bool {
+    pub(crate) fn is_lost_race(&self) -> bool {
         matches!(self, ErrorKind::LostSlotRace | ErrorKind::Deadlock)
     }
 }
 
 /// Classifies `err`. `slot_index` is the unqualified name of the capacity-slot index
 /// (`Settings::slot_index_name()`), the only index whose violation counts as a lost race.
-pub fn classify(err: &postgres::Error, slot_index: &str) -> ErrorKind {
+pub(crate) fn classify(err: &postgres::Error, slot_index: &str) -> ErrorKind {
     let constraint = err.as_db_error().and_then(|d| d.constraint());
     classify_parts(err.code(), constraint, err.is_closed(), slot_index)
 }
@@ -78,7 +78,7 @@ pub(crate) fn classify_parts(
 }
 
 /// True when `err` means the connection it came from cannot be used again.
-pub fn is_connection_lost(err: &postgres::Error) -> bool {
+pub(crate) fn is_connection_lost(err: &postgres::Error) -> bool {
     classify(err, "") == ErrorKind::ConnectionLost
 }
 

@@ -218,22 +218,14 @@ impl Queue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.pool.get()?;
-        let cancel = conn.prepare_cached(&self.sql.cancel)?;
-        let notify = conn.prepare_cached(CHANNEL_NOTIFY_MANY)?;
-        let mut tx = conn.client().transaction()?;
-        let cancelled = ids_of(&tx.query(&cancel, &[&ids])?)?;
-        if !cancelled.is_empty() {
-            let payloads: Vec<String> = cancelled
+        self.change_and_notify(&self.sql.cancel, ids, |cancelled| {
+            cancelled
                 .chunks(CANCEL_IDS_PER_EVENT)
                 .map(|chunk| {
                     Event::from(Cancellation::new(&self.sql.channel, chunk.to_vec())).to_json()
                 })
-                .collect();
-            tx.execute(&notify, &[&self.sql.channel, &payloads])?;
-        }
-        tx.commit()?;
-        Ok(cancelled)
+                .collect()
+        })
     }
 
     /// How many jobs the queue table holds, per entrypoint, priority and status, ordered
@@ -342,22 +334,16 @@ impl Queue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.pool.get()?;
-        let requeue = conn.prepare_cached(&self.sql.requeue_failed)?;
-        let notify = conn.prepare_cached(CHANNEL_NOTIFY_MANY)?;
-        let mut tx = conn.client().transaction()?;
-        let requeued = ids_of(&tx.query(&requeue, &[&ids])?)?;
-        if !requeued.is_empty() {
-            let wake = Event::from(TableChanged::new(
-                &self.sql.channel,
-                Operation::Update,
-                &self.sql.queue_table,
-            ))
-            .to_json();
-            tx.execute(&notify, &[&self.sql.channel, &vec![wake]])?;
-        }
-        tx.commit()?;
-        Ok(requeued)
+        self.change_and_notify(&self.sql.requeue_failed, ids, |_| {
+            vec![
+                Event::from(TableChanged::new(
+                    &self.sql.channel,
+                    Operation::Update,
+                    &self.sql.queue_table,
+                ))
+                .to_json(),
+            ]
+        })
     }
 
     /// The latest logged status of each of `ids` (from the log table, so finished jobs
@@ -400,6 +386,27 @@ impl Queue {
             *slot = Some(id);
         }
         Ok(ids)
+    }
+
+    /// Runs `change` (which returns the ids it changed) on `ids` and, when it changed
+    /// any, sends the notifications `events` makes of them, in one transaction: the
+    /// workers hear of the change when, and only if, it is committed.
+    fn change_and_notify(
+        &self,
+        change: &str,
+        ids: &[JobId],
+        events: impl FnOnce(&[JobId]) -> Vec<String>,
+    ) -> Result<Vec<JobId>> {
+        let mut conn = self.pool.get()?;
+        let change = conn.prepare_cached(change)?;
+        let notify = conn.prepare_cached(CHANNEL_NOTIFY_MANY)?;
+        let mut tx = conn.client().transaction()?;
+        let changed = ids_of(&tx.query(&change, &[&ids])?)?;
+        if !changed.is_empty() {
+            tx.execute(&notify, &[&self.sql.channel, &events(&changed)])?;
+        }
+        tx.commit()?;
+        Ok(changed)
     }
 
     /// Runs `sql` with `params` on a pooled connection, prepared once per connection.

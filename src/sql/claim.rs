@@ -45,9 +45,9 @@ impl ClaimSql {
 ///
 /// The `ending` shapes first end claims, as [`queue_complete_many`] does, with three more
 /// parameters after the others: ids (bigint[]), statuses (text[]) and tracebacks (text[]).
-/// Ending and claiming then commit together, and the seats of the ended rows are free to
-/// this very claim: each is excluded from the held seats only once its row is deleted (the
-/// exclusion reads the rows the deletion returned), so the seat index never sees two live
+/// Ending and claiming then commit together, and the slots of the ended rows are free to
+/// this very claim: each is excluded from the held slots only once its row is deleted (the
+/// exclusion reads the rows the deletion returned), so the slot index never sees two live
 /// holders. They return one row at least, with the ended ids in `ended`.
 pub(crate) fn queue_claim(
     s: &Settings,
@@ -60,7 +60,7 @@ pub(crate) fn queue_claim(
     let budget_param = if capacity_gated { "$6" } else { "$5" };
     let fresh = "status = 'queued' AND execute_after < NOW()";
     let mut ctes: Vec<String> = Vec::new();
-    // Rows this statement ends are no longer held, for the seat and budget counts.
+    // Rows this statement ends are no longer held, for the slot and budget counts.
     let not_ended = if ending {
         let first = 5 + usize::from(capacity_gated) + usize::from(budget_gated);
         ctes.extend(ending_ctes(
@@ -151,7 +151,7 @@ pub(crate) fn queue_claim(
              WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
         ));
     }
-    // Stale re-picks are never gated by the limit: the row already holds its seat.
+    // Stale re-picks are never gated by the limit: the row already holds its slot.
     ctes.push(format!(
         "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
          WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
@@ -171,7 +171,7 @@ pub(crate) fn queue_claim(
          ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
     ));
     if capacity_gated {
-        // Seats 0..held+take-1 minus the seats visibly held: at least `take` are free,
+        // Slots 0..held+take-1 minus the slots visibly held: at least `take` are free,
         // and the search never depends on the size of the limit itself.
         ctes.push(format!(
             "free_slots AS (\n    SELECT a.entrypoint, s.slot,\n           \
@@ -252,7 +252,7 @@ pub(crate) fn queue_claim(
 // Statements that end or refresh a claim lock the rows they touch with SKIP LOCKED and
 // never wait for a row lock. A concurrent claim can hold a lock on a row this worker owns
 // (it locked the row when it was still queued in its snapshot, and keeps the lock after
-// the re-check fails) while itself waiting, in the seat index's uniqueness check, for
+// the re-check fails) while itself waiting, in the slot index's uniqueness check, for
 // this worker's transaction: waiting here would be a deadlock. Skipped rows are retried a
 // moment later, once that claim has finished.
 //

@@ -11,7 +11,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::job::{Job, JobId};
+use crate::job::{Job, JobId, check_entrypoint};
 
 /// What a handler returns: `Ok(())` for success, or a [`JobError`].
 pub type HandlerResult = std::result::Result<(), JobError>;
@@ -259,16 +259,7 @@ impl Registry {
         options: EntrypointOptions,
         handler: Handler,
     ) -> Result<()> {
-        if name.is_empty() {
-            return Err(Error::invalid("entrypoint", "the name must not be empty"));
-        }
-        if name.contains('\0') {
-            // PostgreSQL text cannot hold it: every claim would fail at run time.
-            return Err(Error::invalid(
-                "entrypoint",
-                format!("{name:?} contains a NUL character, which PostgreSQL text cannot store"),
-            ));
-        }
+        check_entrypoint("entrypoint", &name)?;
         if self.by_name.contains_key(&name) {
             return Err(Error::invalid(
                 "entrypoint",

@@ -82,7 +82,7 @@ impl Listener<'_> {
         match Event::parse(payload) {
             Ok(Event::TableChanged(change)) => {
                 // New or requeued jobs always matter. A delete can only matter by freeing a
-                // concurrency seat, so it wakes a thread only when a limited entrypoint is
+                // concurrency slot, so it wakes a thread only when a limited entrypoint is
                 // ours; a truncate leaves nothing to claim.
                 let relevant = match change.operation {
                     Operation::Insert | Operation::Update => true,

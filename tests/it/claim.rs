@@ -1,4 +1,4 @@
-//! The slot-claiming dequeue: order, seats, races, stale re-picks, bounded seat search,
+//! The slot-claiming dequeue: order, slots, races, stale re-picks, bounded slot search,
 //! and a multi-connection stress run whose limits are checked by a running-handler count.
 
 use std::collections::HashMap;
@@ -55,7 +55,7 @@ fn claims_in_priority_then_id_order_and_logs_picks() {
     for job in &claim.jobs {
         assert_eq!(job.status, Status::Picked);
         assert_eq!(job.queue_manager_id, Some(claimer.worker_id()));
-        assert_eq!(job.slot, None, "unlimited entrypoints take no seat");
+        assert_eq!(job.slot, None, "unlimited entrypoints take no slot");
     }
     assert_eq!(
         scalar(
@@ -86,7 +86,7 @@ fn claims_in_priority_then_id_order_and_logs_picks() {
 }
 
 #[test]
-fn limited_claims_take_the_lowest_free_seats() {
+fn limited_claims_take_the_lowest_free_slots() {
     let db = TestDb::new();
     let mut client = db.client();
     let ids = insert_jobs(&mut client, "pdf", 0, 4);
@@ -94,24 +94,24 @@ fn limited_claims_take_the_lowest_free_seats() {
     let claimer = Claimer::builder().entrypoint("pdf", 3).build().unwrap();
     let mut conn = pool.get().unwrap();
     let claim = claimer.claim(&mut conn, 10).unwrap();
-    let seats: Vec<Option<i64>> = claim.jobs.iter().map(|j| j.slot).collect();
-    assert_eq!(seats, [Some(0), Some(1), Some(2)]);
+    let slots: Vec<Option<i64>> = claim.jobs.iter().map(|j| j.slot).collect();
+    assert_eq!(slots, [Some(0), Some(1), Some(2)]);
     assert!(
         claimer.claim(&mut conn, 10).unwrap().jobs.is_empty(),
         "the limit is full"
     );
-    // Finishing the job in seat 0 frees that seat for the fourth job.
+    // Finishing the job in slot 0 frees that slot for the fourth job.
     claimer.complete(&mut conn, &success([ids[0]])).unwrap();
     let claim = claimer.claim(&mut conn, 10).unwrap();
     assert_eq!(claim.jobs.len(), 1);
     assert_eq!((claim.jobs[0].id, claim.jobs[0].slot), (ids[3], Some(0)));
 }
 
-/// Ending claims and claiming in one statement: the seats of the ended rows (deleted, or
+/// Ending claims and claiming in one statement: the slots of the ended rows (deleted, or
 /// held as `failed`) go to this very claim, outcomes of rows not owned are skipped, and
 /// a bad status changes nothing.
 #[test]
-fn ending_and_claiming_in_one_statement_reuses_the_freed_seats() {
+fn ending_and_claiming_in_one_statement_reuses_the_freed_slots() {
     let db = TestDb::new();
     let mut client = db.client();
     let ids = insert_jobs(&mut client, "pdf", 0, 6);
@@ -140,7 +140,7 @@ fn ending_and_claiming_in_one_statement_reuses_the_freed_seats() {
         "a rejected call changes nothing"
     );
 
-    // Seat 1's job succeeded and seat 2's failed (held); an id never claimed is skipped.
+    // Slot 1's job succeeded and slot 2's failed (held); an id never claimed is skipped.
     let outcomes = [
         success([ids[1]]).remove(0),
         Outcome {
@@ -235,10 +235,10 @@ fn ending_and_claiming_in_one_statement_reuses_the_freed_seats() {
     );
 }
 
-/// Worker A claims the last seat inside an open transaction; B sees nothing until A
+/// Worker A claims the last slot inside an open transaction; B sees nothing until A
 /// rolls back, and nothing after A commits.
 #[test]
-fn a_claim_in_flight_blocks_the_last_seat() {
+fn a_claim_in_flight_blocks_the_last_slot() {
     for commit in [true, false] {
         let db = TestDb::new();
         let mut setup = db.client();
@@ -278,7 +278,7 @@ fn a_claim_in_flight_blocks_the_last_seat() {
 }
 
 /// The race counting alone cannot stop: while A's claim is uncommitted, a higher-priority
-/// job arrives; B's count still sees a free seat and claims it, but the seat index makes
+/// job arrives; B's count still sees a free slot and claims it, but the slot index makes
 /// B wait for A and then lose (empty batch), so the limit holds.
 #[test]
 fn a_higher_priority_arrival_cannot_overshoot_the_limit() {
@@ -297,18 +297,18 @@ fn a_higher_priority_arrival_cannot_overshoot_the_limit() {
             let pool = pool.clone();
             std::thread::spawn(move || b.claim(&mut pool.get().unwrap(), 1).unwrap())
         };
-        // B must be waiting on A's seat, not finished.
+        // B must be waiting on A's slot, not finished.
         std::thread::sleep(Duration::from_millis(300));
         assert!(
             !b_thread.is_finished(),
-            "B should wait for A's uncommitted seat"
+            "B should wait for A's uncommitted slot"
         );
         if commit {
             tx.commit().unwrap();
             let claim = b_thread.join().unwrap();
             assert!(
                 claim.jobs.is_empty() && claim.lost_race,
-                "B must lose the seat race: {claim:?}"
+                "B must lose the slot race: {claim:?}"
             );
             assert_eq!(
                 scalar(
@@ -327,7 +327,7 @@ fn a_higher_priority_arrival_cannot_overshoot_the_limit() {
 }
 
 #[test]
-fn a_stale_repick_keeps_its_seat_and_ignores_a_full_limit() {
+fn a_stale_repick_keeps_its_slot_and_ignores_a_full_limit() {
     let db = TestDb::new();
     let mut client = db.client();
     let pool = db.pool(1);
@@ -391,7 +391,7 @@ fn rows_picked_before_slots_existed_count_toward_the_limit_and_drain() {
     let mut conn = pool.get().unwrap();
     assert!(
         claimer.claim(&mut conn, 5).unwrap().jobs.is_empty(),
-        "two seatless holders fill limit 2"
+        "two slotless holders fill limit 2"
     );
     client
         .execute("DELETE FROM pgqueuer WHERE id = $1", &[&legacy[0]])
@@ -477,8 +477,8 @@ fn the_budget_caps_what_one_worker_holds() {
     assert_eq!(claimer.claim(&mut conn, 3).unwrap().jobs.len(), 0);
 }
 
-/// Rows produced by the seat search (`generate_series`) in the claim's actual plan.
-fn seat_rows(
+/// Rows produced by the slot search (`generate_series`) in the claim's actual plan.
+fn slot_rows(
     client: &mut Client,
     claimer: &Claimer,
     batch: i32,
@@ -498,27 +498,27 @@ fn seat_rows(
         .unwrap()
         .get(0);
     tx.rollback().unwrap();
-    fn walk(node: &serde_json::Value, seats: &mut i64, nodes: &mut usize) {
+    fn walk(node: &serde_json::Value, slots: &mut i64, nodes: &mut usize) {
         *nodes += 1;
         if node["Function Name"] == "generate_series" {
-            *seats +=
+            *slots +=
                 node["Actual Rows"].as_i64().unwrap() * node["Actual Loops"].as_i64().unwrap();
         }
         if let Some(children) = node["Plans"].as_array() {
             for child in children {
-                walk(child, seats, nodes);
+                walk(child, slots, nodes);
             }
         }
     }
-    let (mut seats, mut nodes) = (0, 0);
-    walk(&plan[0]["Plan"], &mut seats, &mut nodes);
-    (seats, nodes)
+    let (mut slots, mut nodes) = (0, 0);
+    walk(&plan[0]["Plan"], &mut slots, &mut nodes);
+    (slots, nodes)
 }
 
-/// Limits 10 and 5,000 search the same number of seats (held + take), so a claim costs
+/// Limits 10 and 5,000 search the same number of slots (held + take), so a claim costs
 /// the same whatever the limit.
 #[test]
-fn the_seat_search_is_bounded_by_held_plus_take() {
+fn the_slot_search_is_bounded_by_held_plus_take() {
     let db = TestDb::new();
     let mut client = db.client();
     let mut results = Vec::new();
@@ -535,12 +535,12 @@ fn the_seat_search_is_bounded_by_held_plus_take() {
             5
         );
         let claimer = Claimer::builder().entrypoint(ep, limit).build().unwrap();
-        results.push(seat_rows(&mut client, &claimer, 3, ep, i64::from(limit)));
+        results.push(slot_rows(&mut client, &claimer, 3, ep, i64::from(limit)));
     }
-    assert_eq!(results[0].0, 5 + 3, "limit 10: seats searched");
+    assert_eq!(results[0].0, 5 + 3, "limit 10: slots searched");
     assert_eq!(
         results[0], results[1],
-        "limit 10 vs 5000: (seats searched, plan nodes)"
+        "limit 10 vs 5000: (slots searched, plan nodes)"
     );
 }
 
@@ -558,7 +558,7 @@ impl Rng {
 /// 8 threads, each with its own connection, claim and complete 20,000 jobs over limits
 /// 1, 3, 7 and unlimited while a producer injects more; running handlers per entrypoint
 /// never exceed the limit and every job completes exactly once. Half of the threads end
-/// their jobs in the statement of their next claim, which reuses the freed seats.
+/// their jobs in the statement of their next claim, which reuses the freed slots.
 #[test]
 fn stress_limits_hold_and_every_job_runs_once() {
     const THREADS: usize = 8;

@@ -452,8 +452,8 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
         .into_iter()
         .map(|name| {
             let record = record.clone();
-            // Seats are released between jobs, so the Python workers get their share:
-            // reused seats would stay with whichever worker took them first.
+            // Slots are released between jobs, so the Python workers get their share:
+            // reused slots would stay with whichever worker took them first.
             let worker = Worker::builder(db.pool(4))
                 .threads(2)
                 .batch_size(2)
@@ -915,7 +915,7 @@ fn our_cancellation_reaches_a_running_python_handler() {
 // 6. Crash recovery ----------------------------------------------------------------------
 
 /// A job held by a Python worker killed mid-handler is re-picked by our worker once its
-/// heartbeat is stale, keeping its seat under the limit, and run to success.
+/// heartbeat is stale, keeping its slot under the limit, and run to success.
 #[test]
 fn our_worker_recovers_a_job_from_a_killed_python_worker() {
     let db = TestDb::new();
@@ -956,7 +956,7 @@ fn our_worker_recovers_a_job_from_a_killed_python_worker() {
         (row.get(0), row.get(1))
     };
     assert!(owner.is_some(), "the killed worker's job is not picked");
-    assert_eq!(slot, Some(0), "Python took seat 0 of the limit");
+    assert_eq!(slot, Some(0), "Python took slot 0 of the limit");
 
     let (tx, rx) = crossbeam_channel::bounded(1);
     let worker = Worker::builder(pool)
@@ -981,7 +981,7 @@ fn our_worker_recovers_a_job_from_a_killed_python_worker() {
     assert_eq!(
         (job.id, job.slot),
         (id, slot),
-        "the re-pick must keep the seat"
+        "the re-pick must keep the slot"
     );
     assert_eq!(job.queue_manager_id, Some(ours));
     assert_ne!(owner, Some(ours));
@@ -994,7 +994,7 @@ fn our_worker_recovers_a_job_from_a_killed_python_worker() {
 }
 
 /// A job claimed by a Rust process that died (no heartbeats) is re-picked by a Python
-/// `QueueManager` once stale, keeping its seat, and run to success.
+/// `QueueManager` once stale, keeping its slot, and run to success.
 #[test]
 fn python_recovers_a_job_our_dead_claimer_left() {
     let db = TestDb::new();
@@ -1023,7 +1023,7 @@ fn python_recovers_a_job_our_dead_claimer_left() {
     assert_eq!(
         seen[0]["slot"],
         json!(slot),
-        "the re-pick must keep the seat"
+        "the re-pick must keep the slot"
     );
     assert_eq!(seen[0]["payload_hex"], hex(b"still here"));
     assert_eq!(

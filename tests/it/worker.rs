@@ -103,12 +103,12 @@ fn sixteen_threads_run_every_job_once_within_limits() {
     );
 }
 
-/// Where seats are scarce (limit 1, two threads), a seat turns over in one commit: the
+/// Where slots are scarce (limit 1, two threads), a slot turns over in one commit: the
 /// claim that takes the next job also ends the previous one, so most `successful` log
 /// rows were written by the same transaction as a `picked` one, and the limit holds.
 /// With `reuse_slots(false)` every end is written on its own first.
 #[test]
-fn a_scarce_seat_turns_over_in_one_commit_unless_seats_are_released() {
+fn a_scarce_slot_turns_over_in_one_commit_unless_slots_are_released() {
     for reuse in [true, false] {
         let db = TestDb::new();
         let pool = db.pool(4);

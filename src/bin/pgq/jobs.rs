@@ -78,13 +78,11 @@ pub(crate) fn requeue(ctx: &Context, ids: &[i64]) -> Outcome {
     Ok(())
 }
 
-/// A held job as PgQueuer's `pgq failed --json` writes it: every field of the row but the
-/// payload, which is replaced by `payload_bytes` (its length; 0 when there is none), plus
-/// `dedupe_key`, which PgQueuer's job model leaves out, and the failure
-/// (`exception_type`, `exception_message`; `null` when its log row is gone).
-fn failed_job_json(held: &FailedJob) -> Value {
-    let job = &held.job;
-    json!({
+/// Every column of a job's row but the payload, as PgQueuer's JSON writes them, plus
+/// `dedupe_key`, which PgQueuer's job model leaves out, and `payload_bytes` (the payload's
+/// length; 0 when there is none).
+fn row_json(job: &Job) -> serde_json::Map<String, Value> {
+    let Value::Object(row) = json!({
         "id": job.id,
         "priority": job.priority,
         "created": iso_time(job.created),
@@ -99,9 +97,26 @@ fn failed_job_json(held: &FailedJob) -> Value {
         "headers": job.headers,
         "dedupe_key": job.dedupe_key,
         "payload_bytes": job.payload.as_ref().map_or(0, Vec::len),
-        "exception_type": held.failure.as_ref().map(|f| f.exception_type.as_str()),
-        "exception_message": held.failure.as_ref().map(|f| f.message.as_str()),
-    })
+    }) else {
+        unreachable!("a JSON object literal")
+    };
+    row
+}
+
+/// A held job as PgQueuer's `pgq failed --json` writes it ([`row_json`]), with the
+/// failure (`exception_type`, `exception_message`; `null` when its log row is gone).
+fn failed_job_json(held: &FailedJob) -> Value {
+    let mut row = row_json(&held.job);
+    let failure = held.failure.as_ref();
+    row.insert(
+        "exception_type".into(),
+        failure.map(|f| f.exception_type.as_str()).into(),
+    );
+    row.insert(
+        "exception_message".into(),
+        failure.map(|f| f.message.as_str()).into(),
+    );
+    Value::Object(row)
 }
 
 pub(crate) fn failed(ctx: &Context, limit: usize, json: bool) -> Outcome {
@@ -160,26 +175,16 @@ fn payload_view(payload: Option<&[u8]>) -> (&'static str, String) {
     }
 }
 
+/// A job's row ([`row_json`]) with its payload, as text or hex.
 fn job_json(job: &Job) -> Value {
     let (encoding, payload) = payload_view(job.payload.as_deref());
-    json!({
-        "id": job.id,
-        "priority": job.priority,
-        "created": iso_time(job.created),
-        "updated": iso_time(job.updated),
-        "heartbeat": iso_time(job.heartbeat),
-        "execute_after": iso_time(job.execute_after),
-        "status": job.status.as_str(),
-        "entrypoint": job.entrypoint,
-        "attempts": job.attempts,
-        "queue_manager_id": job.queue_manager_id.map(|id| id.to_string()),
-        "slot": job.slot,
-        "headers": job.headers,
-        "dedupe_key": job.dedupe_key,
-        "payload_bytes": job.payload.as_ref().map(Vec::len),
-        "payload_encoding": encoding,
-        "payload": job.payload.as_ref().map(|_| payload),
-    })
+    let mut row = row_json(job);
+    row.insert("payload_encoding".into(), encoding.into());
+    row.insert(
+        "payload".into(),
+        job.payload.as_ref().map(|_| payload).into(),
+    );
+    Value::Object(row)
 }
 
 fn log_json(entry: &LogEntry) -> Value {

@@ -216,8 +216,13 @@ impl Context {
     /// One connection of its own.
     fn connect(&self) -> Result<pgqueuer::Conn, Error> {
         let conn = pgqueuer::connect_one(&self.dsn, APPLICATION_NAME)?;
-        *self.target.borrow_mut() = Some(conn.target());
+        self.remember(&conn);
         Ok(conn)
+    }
+
+    /// Keeps where `conn` goes, for the hints of a later failure.
+    fn remember(&self, conn: &pgqueuer::Conn) {
+        *self.target.borrow_mut() = Some(conn.target());
     }
 
     /// A [`Queue`] on a pool of one connection.
@@ -230,7 +235,7 @@ impl Context {
         };
         let pool = pgqueuer::connect_with(&self.dsn, &options)?;
         if let Ok(conn) = pool.get() {
-            *self.target.borrow_mut() = Some(conn.target());
+            self.remember(&conn);
         }
         Queue::with_settings(pool, &self.settings)
     }

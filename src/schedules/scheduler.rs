@@ -1,4 +1,5 @@
-//! Cron schedules run on a small thread pool, sharing PgQueuer's schedules table.
+//! [`Scheduler`]: cron schedules run on a small thread pool, sharing PgQueuer's
+//! schedules table.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -9,10 +10,11 @@ use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, select};
 
+use super::{Schedule, ScheduleId};
 use crate::connect::Pool;
 use crate::cron::Cron;
 use crate::error::{Error, Result};
-use crate::schedules::{Schedule, ScheduleId};
+use crate::job::check_entrypoint;
 use crate::settings::Settings;
 use crate::shutdown::ShutdownHandle;
 use crate::sql::schedule::ScheduleSql;
@@ -182,7 +184,7 @@ impl Scheduler {
         F: Fn(&Schedule) -> Result<(), HandlerError> + Send + Sync + 'static,
     {
         let entrypoint = entrypoint.into();
-        check_entrypoint(&entrypoint)?;
+        check_entrypoint("entrypoint", &entrypoint)?;
         let cron = Cron::parse(expression)?;
         if self
             .registrations
@@ -216,7 +218,7 @@ impl Scheduler {
     /// NUL character.
     pub fn clean_old(&mut self, entrypoint: impl Into<String>) -> Result<&mut Scheduler> {
         let entrypoint = entrypoint.into();
-        check_entrypoint(&entrypoint)?;
+        check_entrypoint("entrypoint", &entrypoint)?;
         self.clean_old.insert(entrypoint);
         Ok(self)
     }
@@ -541,19 +543,6 @@ impl Runner<'_> {
             }
         }
     }
-}
-
-fn check_entrypoint(entrypoint: &str) -> Result<()> {
-    if entrypoint.is_empty() {
-        return Err(Error::invalid("entrypoint", "must not be empty"));
-    }
-    if entrypoint.contains('\0') {
-        return Err(Error::invalid(
-            "entrypoint",
-            format!("{entrypoint:?} holds a NUL character"),
-        ));
-    }
-    Ok(())
 }
 
 /// Microseconds from `now` to `then` (zero if `then` has passed).

@@ -1,5 +1,6 @@
-//! The schedules table: its rows, and listing and removing them (what `pgq schedules`
-//! shows and `pgq schedules --remove` does).
+//! Cron schedules: the [`Scheduler`] that runs them, and the schedules table's rows,
+//! listed and removed by [`list`] and [`remove`] (what `pgq schedules` shows and
+//! `pgq schedules --remove` does).
 //!
 //! Rows are written by schedulers, Python's `SchedulerManager` and this crate's
 //! [`Scheduler`](crate::Scheduler) alike; one row per `(entrypoint, expression)`.
@@ -25,9 +26,13 @@ use std::time::SystemTime;
 use postgres::GenericClient;
 
 use crate::error::Result;
+
+mod scheduler;
+
 use crate::job::{Status, parse_status};
 use crate::settings::Settings;
 use crate::sql::schedule::ScheduleSql;
+pub use scheduler::Scheduler;
 
 /// A schedule's id (`pgqueuer_schedules.id`).
 pub type ScheduleId = i64;
