@@ -102,6 +102,7 @@ pub(crate) struct Statements {
     pub(crate) heartbeat: String,
     pub(crate) retry: String,
     pub(crate) next_due: String,
+    pub(crate) slots_in_use: String,
     pub(crate) owned: String,
     pub(crate) slot_index: String,
 }
@@ -115,6 +116,7 @@ impl Statements {
             heartbeat: sql::queue_heartbeat_many(settings),
             retry: sql::queue_retry(settings),
             next_due: sql::queue_next_due(settings),
+            slots_in_use: sql::queue_slots_in_use(settings),
             owned: sql::queue_owned(settings),
             slot_index: settings.slot_index_name(),
         })
@@ -498,6 +500,43 @@ impl Claimer {
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(done)
+    }
+
+    /// For each of `entrypoints`: the highest slot held by a picked job (of any worker)
+    /// and how many slots are held.
+    ///
+    /// # Errors
+    /// [`Error::Db`].
+    pub(crate) fn slots_in_use(
+        &self,
+        conn: &mut Conn,
+        entrypoints: &[&str],
+    ) -> Result<Vec<(Option<i64>, u64)>> {
+        let statement = conn.prepare_cached(&self.statements.slots_in_use)?;
+        conn.query(&statement, &[&entrypoints])?
+            .iter()
+            .map(|row| {
+                let held: i64 = row.try_get("held")?;
+                Ok((row.try_get("highest")?, u64::try_from(held).unwrap_or(0)))
+            })
+            .collect()
+    }
+
+    /// This claimer without the entrypoints in `left_out`; `None` when none would be left.
+    pub(crate) fn without(&self, left_out: &[&str]) -> Option<Claimer> {
+        let keep: Vec<usize> = (0..self.names.len())
+            .filter(|&i| !left_out.contains(&self.names[i].as_str()))
+            .collect();
+        if keep.is_empty() {
+            return None;
+        }
+        let limits: Vec<i64> = keep.iter().map(|&i| self.limits[i]).collect();
+        Some(Claimer {
+            names: keep.iter().map(|&i| self.names[i].clone()).collect(),
+            capacity_gated: limits.iter().any(|l| *l > 0),
+            limits,
+            ..self.clone()
+        })
     }
 
     /// How long until the earliest queued job of this claimer's entrypoints is due:

@@ -96,7 +96,9 @@ pub use connect::{
 pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
-pub use queue::{EnqueueTarget, NewJob, OnConflict, Queue, QueueOn, QueueSize};
+pub use queue::{
+    EnqueueTarget, Explanation, NewJob, OnConflict, Queue, QueueOn, QueueSize, SlotHolder,
+};
 pub use schedules::{Schedule, ScheduleId, Scheduler};
 pub use schema::{
     UpgradePlan, UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade,
@@ -105,8 +107,9 @@ pub use schema::{
 pub use settings::{Durability, Settings};
 pub use shutdown::ShutdownHandle;
 pub use worker::{
-    BoxError, Context, EntrypointOptions, HandlerResult, JobError, OnFailure, Retry, RetryPolicy,
-    RunSummary, RunningWorker, Worker, WorkerBuilder,
+    BoxError, Context, EntrypointOptions, FencingToken, HandlerResult, JobError, LimitStats,
+    OnFailure, Retry, RetryPolicy, RunSummary, RunningWorker, StatsHandle, Worker, WorkerBuilder,
+    WorkerStats,
 };
 
 /// Re-exported so users need not match versions by hand.

@@ -138,6 +138,73 @@ pub struct QueueAge {
     pub avg_age_seconds: f64,
 }
 
+/// The concurrency slots of one entrypoint's picked jobs (one row of [`slots_in_use`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotUse {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// Picked jobs holding a slot.
+    pub held: u64,
+    /// The highest slot held: any worker that holds it declares a limit above it.
+    pub highest: Option<i64>,
+    /// Picked jobs without a slot (an entrypoint without a limit, or jobs picked before
+    /// slots existed).
+    pub unslotted: u64,
+}
+
+/// The slots held per entrypoint with picked jobs, by entrypoint. Slots are numbered
+/// from 0 below the limit of the worker that took them, so `highest + 1` is the smallest
+/// limit that worker can have declared; workers that declare different limits for one
+/// entrypoint show as a `highest` at or above the smaller limit.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+pub fn slots_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Vec<SlotUse>> {
+    settings.validate()?;
+    client
+        .query(&sql::queue_select_slots(settings), &[])?
+        .iter()
+        .map(|row| {
+            Ok(SlotUse {
+                entrypoint: row.try_get("entrypoint")?,
+                held: count_of(row, "held")?,
+                highest: row.try_get("highest")?,
+                unslotted: count_of(row, "unslotted")?,
+            })
+        })
+        .collect()
+}
+
+/// What [`limit_audit`] found in the log.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LimitAudit {
+    /// The start of the window audited.
+    pub since: SystemTime,
+    /// How many log rows the audit read (the window's, of the entrypoint asked for).
+    pub rows_read: u64,
+    /// One row per entrypoint with a run in the window, by name.
+    pub entrypoints: Vec<AuditedEntrypoint>,
+}
+
+/// One entrypoint in a [`LimitAudit`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AuditedEntrypoint {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// The most of its jobs picked at the same instant in the window: at most its
+    /// concurrency limit, if the limit held.
+    pub peak: u64,
+    /// When that peak was first reached.
+    pub peak_at: SystemTime,
+    /// Runs seen in the window (each pick of a job, up to its next transition).
+    pub runs: u64,
+    /// The highest slot a picked job of it holds now, if any.
+    pub highest_slot: Option<i64>,
+}
+
 /// How many transitions to one status one entrypoint made in a window (one row of
 /// [`throughput`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,6 +395,57 @@ pub fn queue_age<C: GenericClient>(client: &mut C, settings: &Settings) -> Resul
         .iter()
         .map(QueueAge::from_row)
         .collect()
+}
+
+/// Audits concurrency limits after the fact: for each entrypoint (or only
+/// `entrypoint`), the most of its jobs that were picked at the same instant over the last
+/// `window`, computed from the log rows that PgQueuer's workers and ours write (each
+/// pick, and each job's next transition), next to the highest slot in use now.
+///
+/// A limit held when `peak` never exceeds it. Times are those of the log rows, the start
+/// of each transaction, so overlaps are exact to that resolution: a worker's pick is
+/// logged when its claim began, and an outcome when its write began. The scan reads the
+/// window's log rows through the log's `created` index, and [`LimitAudit::rows_read`]
+/// says how many; rows already pruned ([`prune_log`]) are not seen.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `window` when it does not fit an interval;
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+pub fn limit_audit<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+    window: Duration,
+    entrypoint: Option<&str>,
+) -> Result<LimitAudit> {
+    settings.validate()?;
+    let window_us = micros_of("window", window)?;
+    let rows = client.query(&sql::log_limit_audit(settings), &[&window_us, &entrypoint])?;
+    let Some(first) = rows.first() else {
+        let count: i64 = client
+            .query_one(&sql::log_count_since(settings), &[&window_us, &entrypoint])?
+            .get(0);
+        return Ok(LimitAudit {
+            since: SystemTime::now() - window,
+            rows_read: u64::try_from(count).unwrap_or(0),
+            entrypoints: Vec::new(),
+        });
+    };
+    Ok(LimitAudit {
+        since: first.try_get("since")?,
+        rows_read: count_of(first, "rows_read")?,
+        entrypoints: rows
+            .iter()
+            .map(|row| {
+                Ok(AuditedEntrypoint {
+                    entrypoint: row.try_get("entrypoint")?,
+                    peak: count_of(row, "peak")?,
+                    peak_at: row.try_get("peak_at")?,
+                    runs: count_of(row, "runs")?,
+                    highest_slot: row.try_get("highest_slot")?,
+                })
+            })
+            .collect::<Result<_>>()?,
+    })
 }
 
 /// Transitions per entrypoint and status over the last `window`, read from the

@@ -2,6 +2,7 @@
 //! [`Queue::on`]), cancels, inspects, clears and requeues jobs; the job builder is in
 //! `new_job`, waiting for completion in `wait`.
 
+mod explain;
 mod new_job;
 mod wait;
 
@@ -14,6 +15,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
 use serde_json::Value;
 
+pub use explain::{Explanation, SlotHolder};
 pub use new_job::NewJob;
 
 use crate::connect::{Conn, Pool};

@@ -375,6 +375,21 @@ pub(crate) fn queue_retry(s: &Settings) -> String {
 /// when none). `$1` entrypoints. Each entrypoint reads one entry of the
 /// `(entrypoint, execute_after)` index, however long its queue: `MIN` over
 /// `entrypoint = ANY(..)` would read them all.
+/// Per entrypoint of `$1 text[]` (in that order): the highest slot held by a picked job
+/// and how many slots are held, each read from the slot index alone.
+pub(crate) fn queue_slots_in_use(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT e.entrypoint,
+         (SELECT slot FROM {queue} WHERE entrypoint = e.entrypoint AND status = 'picked'::{status} \
+         AND slot IS NOT NULL ORDER BY slot DESC LIMIT 1) AS highest,
+         (SELECT count(*) FROM {queue} WHERE entrypoint = e.entrypoint AND status = 'picked'::{status} \
+         AND slot IS NOT NULL) AS held
+         FROM UNNEST($1::text[]) WITH ORDINALITY AS e(entrypoint, ord) ORDER BY e.ord"
+    )
+}
+
 pub(crate) fn queue_next_due(s: &Settings) -> String {
     format!(
         "SELECT (EXTRACT(EPOCH FROM MIN(first.execute_after) - NOW()) * 1000000)::bigint\n\

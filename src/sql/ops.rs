@@ -101,6 +101,91 @@ pub(crate) fn queue_select_stale(s: &Settings) -> String {
     )
 }
 
+/// The limit audit: per entrypoint (all, or `$2 text` alone), the most jobs picked at
+/// the same instant over the last `$1` microseconds, read from the log rows of that
+/// window (the `created` index bounds the scan).
+///
+/// Each `picked` row opens a run of its job that lasts until the job's next log row (its
+/// outcome, a `queued` retry, or a `picked` re-pick after a crash, which keeps the slot);
+/// a job whose first row in the window is an outcome was running since before the window
+/// starts; a run with no later row is running now. The sweep counts +1 at each start and
+/// -1 at each end, ends first at equal times (a claim that ends a job and starts the next
+/// in one statement logs both at one instant). Returns per entrypoint: `peak`,
+/// `peak_at`, `runs`, `rows_read` (the whole window's, on every row), `since`, and
+/// `highest_slot`, the highest slot held by a picked job now.
+pub(crate) fn log_limit_audit(s: &Settings) -> String {
+    let log = s.qualify(&s.queue_table_log);
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "WITH win AS (SELECT now() - {window} AS since, now() AS until),
+rows AS (
+    SELECT l.id, l.job_id, l.entrypoint, l.status::text AS status, l.created
+      FROM {log} l, win
+     WHERE l.created >= win.since AND ($2::text IS NULL OR l.entrypoint = $2::text)
+),
+seq AS (
+    SELECT entrypoint, status, created,
+           lead(created) OVER w AS next_at,
+           row_number() OVER w AS n
+      FROM rows
+    WINDOW w AS (PARTITION BY job_id ORDER BY created, id)
+),
+runs AS (
+    SELECT entrypoint, created AS t0, coalesce(next_at, (SELECT until FROM win)) AS t1
+      FROM seq WHERE status = 'picked'
+    UNION ALL
+    SELECT entrypoint, (SELECT since FROM win), created
+      FROM seq WHERE n = 1 AND status NOT IN ('picked', 'queued')
+),
+events AS (
+    SELECT entrypoint, t0 AS t, 1 AS d FROM runs
+    UNION ALL
+    SELECT entrypoint, t1, -1 FROM runs
+),
+sweep AS (
+    SELECT entrypoint, t,
+           sum(d) OVER (PARTITION BY entrypoint ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS running
+      FROM events
+),
+peaks AS (
+    SELECT DISTINCT ON (entrypoint) entrypoint, running AS peak, t AS peak_at
+      FROM sweep ORDER BY entrypoint, running DESC, t
+)
+SELECT p.entrypoint, p.peak::bigint AS peak, p.peak_at,
+       (SELECT count(*) FROM runs r WHERE r.entrypoint = p.entrypoint) AS runs,
+       (SELECT count(*) FROM rows) AS rows_read,
+       (SELECT since FROM win) AS since,
+       (SELECT slot FROM {queue} q WHERE q.entrypoint = p.entrypoint AND q.status = 'picked'::{status}
+           AND q.slot IS NOT NULL ORDER BY q.slot DESC LIMIT 1) AS highest_slot
+  FROM peaks p ORDER BY p.entrypoint",
+        window = micros_interval("$1")
+    )
+}
+
+/// Per entrypoint with picked jobs: how many hold a concurrency slot (`held`), the
+/// highest slot held (`highest`), and how many are picked without one (`unslotted`).
+pub(crate) fn queue_select_slots(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT entrypoint, count(slot) AS held, max(slot) AS highest,
+       count(*) FILTER (WHERE slot IS NULL) AS unslotted
+  FROM {queue} WHERE status = 'picked'::{status}
+ GROUP BY entrypoint ORDER BY entrypoint"
+    )
+}
+
+/// How many log rows the last `$1` microseconds hold (for an audit that found no run).
+pub(crate) fn log_count_since(s: &Settings) -> String {
+    let log = s.qualify(&s.queue_table_log);
+    format!(
+        "SELECT count(*) FROM {log} WHERE created >= now() - {window} \
+         AND ($2::text IS NULL OR entrypoint = $2::text)",
+        window = micros_interval("$1")
+    )
+}
+
 /// Per worker (`queue_manager_id`) holding picked rows: how many, the oldest and newest
 /// heartbeat, and the distinct entrypoints (sorted); ordered by worker id.
 pub(crate) fn queue_select_workers(s: &Settings) -> String {

@@ -29,6 +29,12 @@ pub(crate) struct QueueSql {
     pub(crate) select_failed: String,
     /// `log_select_job`: every log row of the job `$1`, oldest first.
     pub(crate) log_select_job: String,
+    /// `queue_explain_job`: the row `$1` with its heartbeat age and whether it is due.
+    pub(crate) explain_job: String,
+    /// `queue_count_ahead`: due queued jobs a claim takes before `($1, $2, $3)`.
+    pub(crate) count_ahead: String,
+    /// `queue_select_holders`: the picked jobs of entrypoint `$1`, by slot.
+    pub(crate) select_holders: String,
     /// `queue_select`: the rows with ids `$1`.
     pub(crate) select: String,
     /// `queue_requeue_failed`: put held rows of `$1` back in the queue, log `queued`.
@@ -59,6 +65,9 @@ impl QueueSql {
             clear: queue_clear(s),
             select_failed: queue_select_failed(s),
             log_select_job: log_select_job(s),
+            explain_job: queue_explain_job(s),
+            count_ahead: queue_count_ahead(s),
+            select_holders: queue_select_holders(s),
             select: queue_select(s),
             requeue_failed: queue_requeue_failed(s),
             log_select_latest: log_select_latest(s),
@@ -217,6 +226,46 @@ fn queue_select_failed(s: &Settings) -> String {
  ORDER BY job.created, job.id
  LIMIT $1::bigint",
         columns = Job::COLUMNS
+    )
+}
+
+/// The row `$1 bigint` with `heartbeat_age` (seconds, by the server's clock) and
+/// `due_in` (seconds until `execute_after`, negative once due).
+fn queue_explain_job(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    format!(
+        "SELECT {columns},
+       EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS heartbeat_age,
+       EXTRACT(EPOCH FROM execute_after - now())::float8 AS due_in
+  FROM {queue} WHERE id = $1::bigint",
+        columns = Job::COLUMNS
+    )
+}
+
+/// How many due queued jobs of entrypoint `$1 text` a claim takes before a job of
+/// priority `$2 int` and id `$3 bigint` (higher priority first, then lower id), through
+/// the `(entrypoint, priority DESC, id)` index.
+fn queue_count_ahead(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT count(*) FROM {queue}
+ WHERE entrypoint = $1::text AND status = 'queued'::{status} AND execute_after < now()
+   AND (priority > $2::int OR (priority = $2::int AND id < $3::bigint))"
+    )
+}
+
+/// The picked jobs of entrypoint `$1 text` (at most 1,000), by slot then id, with their
+/// worker and heartbeat age in seconds.
+fn queue_select_holders(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT id, slot, queue_manager_id,
+       EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS heartbeat_age
+  FROM {queue}
+ WHERE entrypoint = $1::text AND status = 'picked'::{status}
+ ORDER BY slot NULLS LAST, id LIMIT 1000"
     )
 }
 

@@ -21,6 +21,7 @@ use crossbeam_channel::{Receiver, Sender, select};
 
 use super::builder::WorkerConfig;
 use super::completer::Outcomes;
+use super::limits::LimitWatch;
 use super::state::{
     ConnSlot, Doorbell, Handoff, Idle, Jitter, Running, Wake, sleep_unless_shutdown,
 };
@@ -50,6 +51,8 @@ pub(crate) struct Dispatcher<'a> {
     pub(crate) handoff: &'a Handoff,
     pub(crate) running: &'a Running,
     pub(crate) outcomes: &'a Outcomes,
+    /// Which limited entrypoints are paused (a larger limit elsewhere, see `limits`).
+    pub(crate) limits: &'a LimitWatch,
     pub(crate) shutdown: &'a ShutdownHandle,
     /// Drain mode: stop once nothing is queued for our entrypoints and nothing runs.
     pub(crate) drain: bool,
@@ -157,9 +160,12 @@ impl Dispatcher<'_> {
                 // Jobs may have arrived after this claim's snapshot: look again.
                 continue;
             }
-            let next_due = conn
-                .run(|c| config.claimer.next_due(c))
-                .unwrap_or(Some(MIN_POLL));
+            // Paused entrypoints (see `limits`) are not waited for; with every one
+            // paused, look again when the slots are next looked at.
+            let next_due = match self.limits.claimer(&config.claimer) {
+                Some(claimer) => conn.run(|c| claimer.next_due(c)).unwrap_or(Some(MIN_POLL)),
+                None => Some(super::limits::CHECK_INTERVAL),
+            };
             if self.drain && next_due.is_none() {
                 if self.running.len() == 0 && self.handoff.len() == 0 {
                     log::debug!("drain: nothing queued and nothing running; stopping");
@@ -233,7 +239,16 @@ impl Dispatcher<'_> {
         } else {
             Vec::new()
         };
-        let claimed = conn.run(|c| config.claimer.complete_and_claim(c, &outcomes, take));
+        let claimed = match self.limits.claimer(&config.claimer) {
+            Some(claimer) => conn.run(|c| claimer.complete_and_claim(c, &outcomes, take)),
+            // Every entrypoint is paused: write the outcomes alone, claim nothing.
+            None => conn
+                .run(|c| config.claimer.complete(c, &outcomes))
+                .map(|ended| Claim {
+                    ended,
+                    ..Claim::default()
+                }),
+        };
         let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
         self.outcomes.after_claim(outcomes, written, self.running);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());

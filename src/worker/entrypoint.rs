@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
 
+use super::state::Stop;
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, check_entrypoint};
 
@@ -208,6 +208,8 @@ pub struct EntrypointOptions {
     pub(crate) concurrency_limit: u32,
     pub(crate) on_failure: OnFailure,
     pub(crate) retry: Option<RetryPolicy>,
+    pub(crate) pause_on_larger_limit: bool,
+    pub(crate) timeout: Option<Duration>,
 }
 
 impl EntrypointOptions {
@@ -235,6 +237,33 @@ impl EntrypointOptions {
     #[must_use]
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = Some(policy);
+        self
+    }
+
+    /// Stop claiming this entrypoint while another worker evidently declares a larger
+    /// concurrency limit for it (a picked job holds a slot at or above this worker's
+    /// limit), and claim it again once that is over. Defaults to false: the disagreement
+    /// is logged at `warn` (at most once a minute) and shown in
+    /// [`crate::WorkerStats::limits`], and this worker goes on claiming within its own
+    /// limit. Only a larger limit elsewhere can be seen; see the README's "Limits".
+    #[must_use]
+    pub fn pause_on_larger_limit(mut self, pause: bool) -> Self {
+        self.pause_on_larger_limit = pause;
+        self
+    }
+
+    /// How long a handler may run. Past it [`Context::is_cancelled`] turns true (and
+    /// [`Context::timed_out`]), and when the handler returns its job is recorded as
+    /// failed (`exception`, or `failed` with [`OnFailure::Hold`]) with a `TimeoutError`
+    /// traceback, or retried per the entrypoint's [`RetryPolicy`]. Defaults to none.
+    ///
+    /// A blocking handler cannot be stopped from outside: its thread and its job (and, for
+    /// a limited entrypoint, its concurrency slot) stay held until it returns. Check
+    /// [`Context::is_cancelled`] in long loops. A handler still running at three times
+    /// its timeout is logged at `warn`.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -291,17 +320,26 @@ impl Registry {
 /// What a handler can see besides its job.
 pub struct Context<'a> {
     pub(crate) job_id: JobId,
-    pub(crate) cancelled: &'a AtomicBool,
+    pub(crate) stop: &'a Stop,
     pub(crate) resources: Option<&'a (dyn Any + Send + Sync)>,
     pub(crate) worker_id: Uuid,
+    /// When this worker picked the job (the row's `updated`, set by every pick).
+    pub(crate) picked_at: SystemTime,
 }
 
 impl Context<'_> {
-    /// True once the job was cancelled (a `cancellation_event` named it) or the worker's
-    /// shutdown deadline passed. A long handler should check it and return early; its
-    /// return value is then ignored for a cancelled job (the row is already gone).
+    /// True once the handler should stop: the job was cancelled (a `cancellation_event`
+    /// named it), the worker's shutdown deadline passed, or the entrypoint's
+    /// [timeout](EntrypointOptions::timeout) did. A long handler should check it and
+    /// return early. The return value of a cancelled job's handler is ignored (the row is
+    /// already gone); a timed-out job is recorded as failed.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
+        self.stop.should_stop()
+    }
+
+    /// True once the entrypoint's [timeout](EntrypointOptions::timeout) has passed.
+    pub fn timed_out(&self) -> bool {
+        self.stop.is_timed_out()
     }
 
     /// The shared resources given to [`crate::WorkerBuilder::resources`], if they are a `T`.
@@ -318,6 +356,59 @@ impl Context<'_> {
     pub fn worker_id(&self) -> Uuid {
         self.worker_id
     }
+
+    /// The token that fences this run of the job: the job, this worker and the time of
+    /// this pick. It stays the same for the whole run (heartbeats do not change it) and
+    /// changes whenever the job is picked again, by any worker (after this worker was
+    /// presumed dead, say). See [`FencingToken`] for the pattern.
+    pub fn fencing_token(&self) -> FencingToken {
+        FencingToken {
+            job_id: self.job_id,
+            worker_id: self.worker_id,
+            picked_at: self.picked_at,
+        }
+    }
+}
+
+/// Identifies one run of a job, so that a downstream write can be made safe against a
+/// worker that was presumed dead and whose job was picked again meanwhile (at-least-once
+/// execution means two runs may overlap).
+///
+/// Store the token with what a run writes, and refuse a write whose token is older than
+/// the stored one for the same job: `picked_at` grows with every pick, since a job is
+/// picked again only after its previous pick's heartbeat went stale. In SQL, for a table
+/// of results keyed by job:
+///
+/// ```sql
+/// INSERT INTO results (job_id, picked_at, worker_id, value) VALUES ($1, $2, $3, $4)
+/// ON CONFLICT (job_id) DO UPDATE SET picked_at = EXCLUDED.picked_at,
+///     worker_id = EXCLUDED.worker_id, value = EXCLUDED.value
+///  WHERE results.picked_at <= EXCLUDED.picked_at;
+/// ```
+///
+/// The queue row's `updated` column holds the `picked_at` of the current pick while the
+/// job is picked, so a run can also check that it is still the current one
+/// (`SELECT updated = $picked_at AND queue_manager_id = $worker FROM pgqueuer WHERE id = $job`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FencingToken {
+    /// The job.
+    pub job_id: JobId,
+    /// The worker that runs it (`queue_manager_id`).
+    pub worker_id: Uuid,
+    /// When this worker picked it: the row's `updated`, which every pick sets and a
+    /// heartbeat does not.
+    pub picked_at: SystemTime,
+}
+
+impl fmt::Display for FencingToken {
+    /// `job:worker:microseconds since 1970`, e.g. `42:6f0c…:1764577200123456`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let micros = self
+            .picked_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros());
+        write!(f, "{}:{}:{micros}", self.job_id, self.worker_id)
+    }
 }
 
 impl fmt::Debug for Context<'_> {
@@ -325,6 +416,7 @@ impl fmt::Debug for Context<'_> {
         f.debug_struct("Context")
             .field("job_id", &self.job_id)
             .field("cancelled", &self.is_cancelled())
+            .field("timed_out", &self.timed_out())
             .field("worker_id", &self.worker_id)
             .finish_non_exhaustive()
     }

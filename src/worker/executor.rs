@@ -3,16 +3,17 @@
 //! They claim nothing and write nothing themselves.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Receiver;
 
-use super::Counters;
 use super::builder::WorkerConfig;
 use super::completer::{Outcomes, Requeue};
+use super::deadlines::{Armed, Deadlines};
 use super::entrypoint::{Context, JobError, OnFailure};
 use super::state::{Doorbell, Handoff, Idle, Jitter, Running, Wake};
+use super::stats::Counters;
 use crate::claim::Outcome;
 use crate::error::chain;
 use crate::job::{Job, Status};
@@ -29,6 +30,8 @@ pub(crate) struct Executor<'a> {
     pub(crate) counters: &'a Counters,
     /// Disconnects once the dispatcher has stopped: no job can be handed over any more.
     pub(crate) dispatching: &'a Receiver<()>,
+    /// Where jobs with a timeout are registered (`None`: no entrypoint has one).
+    pub(crate) deadlines: Option<&'a Deadlines>,
 }
 
 /// How a job ended, as the executor reports it.
@@ -82,41 +85,41 @@ impl Executor<'_> {
     fn verdict(&self, job: &Job, rng: &mut Jitter) -> Verdict {
         let config = self.config;
         let counters = self.counters;
-        let cancelled = |flag: &AtomicBool| {
-            let yes = flag.load(Ordering::SeqCst);
-            if yes {
-                counters.cancelled.fetch_add(1, Ordering::Relaxed);
-            }
-            yes
+        let canceled = || {
+            counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            Verdict::End(Status::Canceled, None)
         };
-        let flag = self
-            .running
-            .flag(job.id)
-            .unwrap_or_else(|| std::sync::Arc::new(AtomicBool::new(false)));
+        let stop = self.running.stop_of(job.id).unwrap_or_default();
         let Some(entry) = config.registry.by_name.get(&job.entrypoint) else {
             // Cannot happen: the claim only takes our entrypoints.
             log::error!("job {} ({}) has no handler here", job.id, job.entrypoint);
             return Verdict::End(Status::Exception, None);
         };
-        if cancelled(&flag) {
-            return Verdict::End(Status::Canceled, None);
+        if stop.is_cancelled() {
+            return canceled();
+        }
+        let started = Instant::now();
+        if let (Some(timeout), Some(deadlines)) = (entry.options.timeout, self.deadlines) {
+            deadlines.arm(Armed {
+                id: job.id,
+                entrypoint: job.entrypoint.clone(),
+                timeout,
+                started,
+                stop: stop.clone(),
+            });
         }
         let ctx = Context {
             job_id: job.id,
-            cancelled: &flag,
+            stop: &stop,
             resources: config.resources.as_deref(),
             worker_id: config.claimer.worker_id(),
+            picked_at: job.updated,
         };
         log::trace!("running job {} ({})", job.id, job.entrypoint);
         let result = catch_unwind(AssertUnwindSafe(|| (entry.handler)(job, &ctx)));
+        stop.end();
         let failure = match result {
-            Ok(Ok(())) => {
-                if cancelled(&flag) {
-                    return Verdict::End(Status::Canceled, None);
-                }
-                counters.succeeded.fetch_add(1, Ordering::Relaxed);
-                return Verdict::End(Status::Successful, None);
-            }
+            Ok(Ok(())) => None,
             Ok(Err(JobError::Retry(retry))) => {
                 let reason = retry.reason.as_deref();
                 let failure = Failure {
@@ -126,27 +129,50 @@ impl Executor<'_> {
                 };
                 return self.requeue(job, retry.delay, &failure, reason);
             }
-            Ok(Err(JobError::Failed { error, type_name })) => Failure {
+            Ok(Err(JobError::Failed { error, type_name })) => Some(Failure {
                 type_name,
                 message: error.to_string(),
                 traceback: chain(error.as_ref()).to_string(),
-            },
+            }),
             Err(panic) => {
                 let message = panic
                     .downcast_ref::<&str>()
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "handler panicked".to_owned());
-                Failure {
+                Some(Failure {
                     type_name: "Panic",
                     traceback: format!("the handler panicked: {message}"),
                     message,
-                }
+                })
             }
         };
-        if cancelled(&flag) {
-            return Verdict::End(Status::Canceled, None);
+        if stop.is_cancelled() {
+            return canceled();
         }
+        let failure = match (failure, stop.is_timed_out()) {
+            (failure, true) => {
+                let timeout = entry.options.timeout.unwrap_or_default();
+                let how = match &failure {
+                    None => "then returned success".to_owned(),
+                    Some(f) => format!("then failed with {}: {}", f.type_name, f.message),
+                };
+                Failure {
+                    type_name: "TimeoutError",
+                    message: format!("the job ran longer than its timeout of {timeout:?}"),
+                    traceback: format!(
+                        "timed out: the handler was asked to stop after its timeout of \
+                         {timeout:?}, returned after {:?}, and {how}",
+                        started.elapsed()
+                    ),
+                }
+            }
+            (Some(failure), false) => failure,
+            (None, false) => {
+                counters.succeeded.fetch_add(1, Ordering::Relaxed);
+                return Verdict::End(Status::Successful, None);
+            }
+        };
         if let Some(policy) = &entry.options.retry
             && let Some(delay) = policy.delay_for(job.attempts, rng.unit())
         {

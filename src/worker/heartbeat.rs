@@ -1,24 +1,54 @@
 //! Heartbeats: every half heartbeat timeout, one statement refreshes every job this
-//! worker holds, so no other worker takes them as stale.
+//! worker holds, so no other worker takes them as stale. Where this worker declares
+//! concurrency limits, the same thread looks at the slots in use every few seconds (see
+//! `limits`).
+
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::builder::WorkerConfig;
+use super::limits::{self, LimitWatch};
 use super::state::{ConnSlot, Running};
 
 /// Runs until every executor has exited (`alive` disconnects).
-pub(crate) fn run(config: &WorkerConfig, running: &Running, alive: &Receiver<()>) {
+pub(crate) fn run(
+    config: &WorkerConfig,
+    running: &Running,
+    limits: &LimitWatch,
+    alive: &Receiver<()>,
+) {
     let interval = config.heartbeat_interval();
     // After a failed beat, try again soon rather than a whole interval later.
-    let retry = interval.min(std::time::Duration::from_secs(1));
+    let retry = interval.min(Duration::from_secs(1));
     let mut conn = ConnSlot::new(&config.pool);
-    let mut wait = interval;
-    while let Err(RecvTimeoutError::Timeout) = alive.recv_timeout(wait) {
+    let mut next_beat = Instant::now() + interval;
+    let mut next_check = Instant::now();
+    loop {
+        let next = if limits.is_empty() {
+            next_beat
+        } else {
+            next_beat.min(next_check)
+        };
+        match alive.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        let now = Instant::now();
+        if !limits.is_empty() && now >= next_check {
+            next_check = now + limits::CHECK_INTERVAL;
+            if let Err(e) = conn.run(|c| limits.check(c, &config.claimer)) {
+                log::warn!("pgqueuer could not read the slots in use: {e}");
+            }
+        }
+        if now < next_beat {
+            continue;
+        }
+        next_beat = now + interval;
         let ids = running.ids();
         if ids.is_empty() {
             continue;
         }
-        wait = interval;
         match conn.run(|c| config.claimer.heartbeat(c, &ids)) {
             Ok(refreshed) => log::trace!(
                 "heartbeat: {} of {} held jobs refreshed",
@@ -31,7 +61,7 @@ pub(crate) fn run(config: &WorkerConfig, running: &Running, alive: &Receiver<()>
                     ids.len()
                 );
                 conn.release();
-                wait = retry;
+                next_beat = Instant::now() + retry;
             }
         }
     }

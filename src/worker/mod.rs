@@ -9,15 +9,17 @@
 
 mod builder;
 mod completer;
+mod deadlines;
 mod dispatcher;
 mod entrypoint;
 mod executor;
 mod heartbeat;
+mod limits;
 mod listener;
 mod state;
+mod stats;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crossbeam_channel::Receiver;
@@ -25,17 +27,22 @@ use uuid::Uuid;
 
 pub use builder::WorkerBuilder;
 pub use entrypoint::{
-    BoxError, Context, EntrypointOptions, HandlerResult, JobError, OnFailure, Retry, RetryPolicy,
+    BoxError, Context, EntrypointOptions, FencingToken, HandlerResult, JobError, OnFailure, Retry,
+    RetryPolicy,
 };
+pub use limits::LimitStats;
+pub use stats::{StatsHandle, WorkerStats};
 
 use crate::connect::Pool;
 use crate::error::{Error, Result};
 use crate::shutdown::ShutdownHandle;
 use builder::WorkerConfig;
 use completer::Outcomes;
+use deadlines::Deadlines;
 use dispatcher::{Dispatcher, SecondLane};
 use executor::Executor;
 use state::{Doorbell, Handoff, Idle, Running};
+use stats::Stats;
 
 /// What a run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,26 +55,6 @@ pub struct RunSummary {
     pub retried: u64,
     /// Jobs cancelled while claimed or running.
     pub cancelled: u64,
-}
-
-/// Counters behind [`RunSummary`], updated by executor threads.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) succeeded: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) retried: AtomicU64,
-    pub(crate) cancelled: AtomicU64,
-}
-
-impl Counters {
-    fn summary(&self) -> RunSummary {
-        RunSummary {
-            succeeded: self.succeeded.load(Ordering::Relaxed),
-            failed: self.failed.load(Ordering::Relaxed),
-            retried: self.retried.load(Ordering::Relaxed),
-            cancelled: self.cancelled.load(Ordering::Relaxed),
-        }
-    }
 }
 
 /// A worker: build it with [`Worker::builder`], then [`Worker::run`] it (blocking) or
@@ -96,6 +83,7 @@ impl Counters {
 /// ```
 pub struct Worker {
     config: Arc<WorkerConfig>,
+    stats: Arc<Stats>,
     shutdown: ShutdownHandle,
 }
 
@@ -121,6 +109,11 @@ impl Worker {
     /// This worker's id, written to `queue_manager_id` of the jobs it holds.
     pub fn id(&self) -> Uuid {
         self.config.claimer.worker_id()
+    }
+
+    /// A handle that reads this worker's figures from any thread ([`WorkerStats`]).
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.stats.clone())
     }
 
     /// A handle that stops this worker from any thread.
@@ -156,12 +149,14 @@ impl Worker {
     /// [`Error::Worker`] when the thread cannot be spawned.
     pub fn start(self) -> Result<RunningWorker> {
         let shutdown = self.shutdown.clone();
+        let stats = self.stats_handle();
         let thread = std::thread::Builder::new()
             .name("pgqueuer-worker".into())
             .spawn(move || self.run())
             .map_err(|e| Error::Worker(format!("cannot spawn the worker thread: {e}")))?;
         Ok(RunningWorker {
             shutdown,
+            stats,
             thread: Some(thread),
         })
     }
@@ -174,7 +169,14 @@ impl Worker {
         let handoff = Handoff::new(config.threads);
         let running = Running::default();
         let outcomes = Outcomes::new(config);
-        let counters = Counters::default();
+        let counters = &self.stats.counters;
+        let limits = &self.stats.limits;
+        let deadlines = config
+            .registry
+            .by_name
+            .values()
+            .any(|e| e.options.timeout.is_some())
+            .then(Deadlines::default);
         let dispatcher = Dispatcher {
             config,
             doorbell: &doorbell,
@@ -182,6 +184,7 @@ impl Worker {
             handoff: &handoff,
             running: &running,
             outcomes: &outcomes,
+            limits,
             shutdown,
             drain,
             second: SecondLane::default(),
@@ -232,8 +235,9 @@ impl Worker {
                     doorbell: &doorbell,
                     running: &running,
                     outcomes: &outcomes,
-                    counters: &counters,
+                    counters,
                     dispatching: &dispatching_rx,
+                    deadlines: deadlines.as_ref(),
                 };
                 let alive = alive_tx.clone();
                 handles.push(spawn_named(
@@ -251,8 +255,13 @@ impl Worker {
                 listener::run(config, doorbell_ref, running_ref, alive);
             }));
             handles.push(spawn_named(scope, "pgqueuer-heartbeat".into(), move || {
-                heartbeat::run(config, running_ref, alive);
+                heartbeat::run(config, running_ref, limits, alive);
             }));
+            if let Some(deadlines) = &deadlines {
+                handles.push(spawn_named(scope, "pgqueuer-timeouts".into(), move || {
+                    deadlines.run(alive);
+                }));
+            }
             let outcomes_ref = &outcomes;
             handles.push(spawn_named(scope, "pgqueuer-complete".into(), move || {
                 completer::run(
@@ -334,10 +343,21 @@ where
 #[derive(Debug)]
 pub struct RunningWorker {
     shutdown: ShutdownHandle,
+    stats: StatsHandle,
     thread: Option<std::thread::JoinHandle<Result<RunSummary>>>,
 }
 
 impl RunningWorker {
+    /// The worker's figures now (see [`WorkerStats`]).
+    pub fn stats(&self) -> WorkerStats {
+        self.stats.snapshot()
+    }
+
+    /// A handle that reads the worker's figures from any thread.
+    pub fn stats_handle(&self) -> StatsHandle {
+        self.stats.clone()
+    }
+
     /// A handle to stop the worker.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()

@@ -242,22 +242,66 @@ impl Handoff {
     }
 }
 
-/// The jobs this worker holds (claimed and not yet written), each with its cancel flag.
+/// Why a held job's handler should stop, as it sees it through its `Context`.
+#[derive(Debug, Default)]
+pub(crate) struct Stop(AtomicU8);
+
+impl Stop {
+    const CANCELLED: u8 = 1;
+    const TIMED_OUT: u8 = 2;
+    const ENDED: u8 = 4;
+
+    /// A `cancellation_event` named the job, or the shutdown deadline passed.
+    pub(crate) fn cancel(&self) {
+        self.0.fetch_or(Self::CANCELLED, Ordering::SeqCst);
+    }
+
+    /// The job's timeout passed; false (and nothing set) once its handler has returned.
+    pub(crate) fn time_out(&self) -> bool {
+        let before = self.0.fetch_or(Self::TIMED_OUT, Ordering::SeqCst);
+        before & Self::ENDED == 0
+    }
+
+    /// The handler returned.
+    pub(crate) fn end(&self) {
+        self.0.fetch_or(Self::ENDED, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::CANCELLED != 0
+    }
+
+    pub(crate) fn is_timed_out(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::TIMED_OUT != 0
+    }
+
+    /// Cancelled or timed out: the handler should return.
+    pub(crate) fn should_stop(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & (Self::CANCELLED | Self::TIMED_OUT) != 0
+    }
+
+    pub(crate) fn has_ended(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::ENDED != 0
+    }
+}
+
+/// The jobs this worker holds (claimed and not yet written), each with its [`Stop`].
 /// The dispatcher adds claimed jobs; executors read their job's flag; the completer
 /// removes a job once its outcome is written (or the claim that folded it in does); the
-/// heartbeat thread refreshes every id; the listener and the shutdown deadline set flags.
+/// heartbeat thread refreshes every id; the listener, the shutdown deadline and the
+/// timeout watch stop handlers through it.
 #[derive(Default)]
-pub(crate) struct Running(Mutex<HashMap<JobId, Arc<AtomicBool>>>);
+pub(crate) struct Running(Mutex<HashMap<JobId, Arc<Stop>>>);
 
 impl Running {
-    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Arc<AtomicBool>>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Arc<Stop>>> {
         lock(&self.0)
     }
 
     pub(crate) fn add(&self, jobs: &[Job]) {
         let mut map = self.map();
         for job in jobs {
-            map.insert(job.id, Arc::new(AtomicBool::new(false)));
+            map.insert(job.id, Arc::new(Stop::default()));
         }
     }
 
@@ -268,25 +312,25 @@ impl Running {
         }
     }
 
-    /// The cancel flag of `id`, if it is held.
-    pub(crate) fn flag(&self, id: JobId) -> Option<Arc<AtomicBool>> {
+    /// The [`Stop`] of `id`, if it is held.
+    pub(crate) fn stop_of(&self, id: JobId) -> Option<Arc<Stop>> {
         self.map().get(&id).cloned()
     }
 
-    /// Flags the held jobs among `ids` as cancelled; returns how many were held.
+    /// Cancels the held jobs among `ids`; returns how many were held.
     pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
         let map = self.map();
         ids.iter()
             .filter_map(|id| map.get(id))
-            .map(|flag| flag.store(true, Ordering::SeqCst))
+            .map(|stop| stop.cancel())
             .count()
     }
 
-    /// Flags every held job as cancelled; returns how many.
+    /// Cancels every held job; returns how many.
     pub(crate) fn cancel_all(&self) -> usize {
         let map = self.map();
-        for flag in map.values() {
-            flag.store(true, Ordering::SeqCst);
+        for stop in map.values() {
+            stop.cancel();
         }
         map.len()
     }

@@ -23,6 +23,7 @@ Jobs:
   cancel       cancel queued or picked jobs
   failed       list jobs held with status 'failed', with their reason
   requeue      put failed jobs back in the queue
+  explain      why a job is not running (deferred, behind a full limit, stale, ...)
 
 Monitoring:
   sizes        jobs per entrypoint, priority and status
@@ -32,6 +33,8 @@ Monitoring:
   workers      workers holding picked jobs
   dashboard    throughput, backlog and workers (refreshing with --interval)
   listen       print the events on the NOTIFY channel as they arrive
+  limits       concurrency slots in use per entrypoint, and the limits they imply
+  audit        from the log: the most jobs of each entrypoint picked at once
   prune-log    fold the log into the statistics, then delete old log rows
 
 Shell:
@@ -187,6 +190,21 @@ pub(crate) enum Command {
     /// not held as failed are ignored and named on stderr.
     Requeue(Ids),
 
+    /// Say why a job is not running, or that it is, or how it ended: unknown, finished,
+    /// held as failed, deferred, running, stale (its worker presumed dead), or waiting
+    /// behind other jobs or behind the jobs holding its entrypoint's concurrency slots.
+    Explain {
+        /// The job's id.
+        #[arg(value_parser = parse_id)]
+        id: i64,
+        /// The workers' heartbeat timeout: a picked job whose heartbeat is older is stale.
+        #[arg(long, value_parser = parse_seconds, default_value = "30", value_name = "SECONDS")]
+        heartbeat_timeout: Duration,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+
     /// List picked jobs whose last heartbeat is older than the threshold, stalest first.
     Stale {
         /// Seconds without a heartbeat.
@@ -250,6 +268,26 @@ pub(crate) enum Command {
         /// Stop after SECONDS; exit 1 if --count events had not arrived.
         #[arg(long, value_parser = parse_seconds, value_name = "SECONDS")]
         timeout: Option<Duration>,
+    },
+
+    /// Show, per entrypoint with picked jobs, the concurrency slots held and the highest
+    /// one: a worker that took slot N declares a limit above N, so a highest slot at or
+    /// above a worker's limit shows that workers disagree on the limit.
+    Limits(Json),
+
+    /// Audit concurrency limits after the fact: from the log rows of the window (each
+    /// job's pick and its next transition), the most jobs of each entrypoint that were
+    /// picked at the same instant, next to the highest slot in use now. Says how many log
+    /// rows it read.
+    Audit {
+        /// How far back: a number with a unit (30m, 1h, 7d).
+        #[arg(long, value_parser = parse_span, default_value = "1h", value_name = "DURATION")]
+        since: Duration,
+        /// Only this entrypoint.
+        entrypoint: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
     },
 
     /// Fold every log row into the statistics (so the counts survive), then delete log

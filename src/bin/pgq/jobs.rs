@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pgqueuer::{FailedJob, Job, LogEntry, NewJob, OnConflict};
+use pgqueuer::{Explanation, FailedJob, Job, LogEntry, NewJob, OnConflict};
 use serde_json::{Value, json};
 
 use crate::args::OnConflictArg;
@@ -298,6 +298,75 @@ fn print_job(job: &Job) {
                 .replace('\n', "\n  ")
         ),
     }
+}
+
+/// The kind of an explanation, for JSON.
+fn explanation_kind(e: &Explanation) -> &'static str {
+    match e {
+        Explanation::Unknown(_) => "unknown",
+        Explanation::Finished { .. } => "finished",
+        Explanation::Held { .. } => "held",
+        Explanation::Deferred { .. } => "deferred",
+        Explanation::Running { .. } => "running",
+        Explanation::Stale { .. } => "stale",
+        Explanation::Waiting { .. } => "waiting",
+        _ => "other",
+    }
+}
+
+fn explanation_json(e: &Explanation) -> Value {
+    let mut out = json!({ "kind": explanation_kind(e), "text": e.to_string() });
+    match e {
+        Explanation::Unknown(id) => out["id"] = json!(id),
+        Explanation::Finished { id, last } => {
+            out["id"] = json!(id);
+            out["last"] = log_json(last);
+        }
+        Explanation::Held { job, failure } => {
+            out["job"] = Value::Object(row_json(job));
+            out["exception_type"] = json!(failure.as_ref().map(|f| &f.exception_type));
+            out["exception_message"] = json!(failure.as_ref().map(|f| &f.message));
+        }
+        Explanation::Deferred { job, due_in } => {
+            out["job"] = Value::Object(row_json(job));
+            out["due_in_seconds"] = json!(due_in.as_secs_f64());
+        }
+        Explanation::Running { job, heartbeat_age } | Explanation::Stale { job, heartbeat_age } => {
+            out["job"] = Value::Object(row_json(job));
+            out["heartbeat_age_seconds"] = json!(heartbeat_age.as_secs_f64());
+        }
+        Explanation::Waiting {
+            job,
+            ahead,
+            holders,
+        } => {
+            out["job"] = Value::Object(row_json(job));
+            out["ahead"] = json!(ahead);
+            out["holders"] = holders
+                .iter()
+                .map(|h| {
+                    json!({
+                        "job_id": h.job_id,
+                        "slot": h.slot,
+                        "queue_manager_id": h.worker.map(|w| w.to_string()),
+                        "heartbeat_age_seconds": h.heartbeat_age.as_secs_f64(),
+                    })
+                })
+                .collect();
+        }
+        _ => {}
+    }
+    out
+}
+
+pub(crate) fn explain(ctx: &Context, id: i64, heartbeat_timeout: Duration, json: bool) -> Outcome {
+    let explanation = ctx.queue()?.explain_with(id, heartbeat_timeout)?;
+    if json {
+        println!("{}", explanation_json(&explanation));
+    } else {
+        println!("{explanation}.");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -168,6 +168,17 @@ fn run(ctx: &Context, command: Command) -> Outcome {
         Command::Cancel(ids) => jobs::cancel(ctx, &ids.ids),
         Command::Failed { limit, json } => jobs::failed(ctx, limit.limit, json),
         Command::Requeue(ids) => jobs::requeue(ctx, &ids.ids),
+        Command::Explain {
+            id,
+            heartbeat_timeout,
+            json,
+        } => jobs::explain(ctx, id, heartbeat_timeout, json),
+        Command::Limits(json) => monitor::limits(ctx, json.json),
+        Command::Audit {
+            since,
+            entrypoint,
+            json,
+        } => monitor::audit(ctx, since, entrypoint.as_deref(), json),
         Command::Stale {
             threshold,
             limit,

@@ -444,6 +444,138 @@ pub(crate) fn schedules(ctx: &Context, remove: &[String], json: bool) -> Outcome
     Ok(())
 }
 
+pub(crate) fn limits(ctx: &Context, json: bool) -> Outcome {
+    let mut conn = ctx.connect()?;
+    let slots = ops::slots_in_use(&mut *conn, &ctx.settings)?;
+    if json {
+        print_json(
+            slots
+                .iter()
+                .map(|s| {
+                    json!({
+                        "entrypoint": s.entrypoint,
+                        "held_slots": s.held,
+                        "highest_slot": s.highest,
+                        "smallest_limit_that_took_it": s.highest.map(|h| h + 1),
+                        "picked_without_slot": s.unslotted,
+                    })
+                })
+                .collect(),
+        );
+        return Ok(());
+    }
+    if slots.is_empty() {
+        println!("No picked jobs.");
+        return Ok(());
+    }
+    let rows: Vec<Vec<Cell>> = slots
+        .iter()
+        .map(|s| {
+            vec![
+                text(&s.entrypoint),
+                number(&s.held),
+                text(
+                    s.highest
+                        .map(|h| h.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                ),
+                text(
+                    s.highest
+                        .map(|h| format!(">= {}", h + 1))
+                        .unwrap_or_else(|| "-".into()),
+                ),
+                number(&s.unslotted),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "Entrypoint",
+                "Slots held",
+                "Highest slot",
+                "Limit of its worker",
+                "Picked without slot"
+            ],
+            &rows
+        )
+    );
+    println!(
+        "A worker that took slot N declares a limit above N: a highest slot at or above a \
+         worker's own limit means the workers disagree, and the largest limit is the one \
+         that holds."
+    );
+    Ok(())
+}
+
+pub(crate) fn audit(
+    ctx: &Context,
+    since: Duration,
+    entrypoint: Option<&str>,
+    json: bool,
+) -> Outcome {
+    let mut conn = ctx.connect()?;
+    let audit = ops::limit_audit(&mut *conn, &ctx.settings, since, entrypoint)?;
+    if json {
+        println!(
+            "{}",
+            json!({
+                "since": crate::output::iso_time(audit.since),
+                "rows_read": audit.rows_read,
+                "entrypoints": audit.entrypoints.iter().map(|e| json!({
+                    "entrypoint": e.entrypoint,
+                    "peak": e.peak,
+                    "peak_at": crate::output::iso_time(e.peak_at),
+                    "runs": e.runs,
+                    "highest_slot": e.highest_slot,
+                })).collect::<Vec<_>>(),
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "Limit audit of the log since {} UTC ({} log rows read):",
+        short(audit.since),
+        audit.rows_read
+    );
+    if audit.entrypoints.is_empty() {
+        println!("  (no job was picked in the window)");
+        return Ok(());
+    }
+    let rows: Vec<Vec<Cell>> = audit
+        .entrypoints
+        .iter()
+        .map(|e| {
+            vec![
+                text(&e.entrypoint),
+                number(&e.peak),
+                text(short(e.peak_at)),
+                number(&e.runs),
+                text(
+                    e.highest_slot
+                        .map(|h| h.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                ),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "Entrypoint",
+                "Most picked at once",
+                "First at",
+                "Runs",
+                "Highest slot now"
+            ],
+            &rows
+        )
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,192 @@
+//! Watching the concurrency limits this worker declares for evidence that another worker
+//! (Rust or Python) declares a larger one.
+//!
+//! Slots are numbered `0..limit`, so a picked job holding slot `n >= limit` was claimed by
+//! a worker whose limit is above `n`: with limits that disagree, the highest one wins
+//! (PgQueuer's issue #776), and this worker's own limit no longer bounds the entrypoint.
+//! One indexed statement, run by the heartbeat thread every [`CHECK_INTERVAL`], reads
+//! the highest slot in use per limited entrypoint (a backward scan of the slot index).
+//! A disagreement is logged at `warn` at most once a minute per entrypoint, shown in
+//! [`crate::WorkerStats`], and, for entrypoints that opt in
+//! ([`crate::EntrypointOptions::pause_on_larger_limit`]), stops this worker claiming them
+//! until the evidence is gone.
+//!
+//! What cannot be seen: a *smaller* limit elsewhere leaves no trace in the slots (its
+//! worker takes low slots that this worker could have taken too), and a larger one shows
+//! only while its worker holds a slot beyond this worker's limit.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::entrypoint::Registry;
+use super::state::lock;
+use crate::claim::Claimer;
+use crate::connect::Conn;
+use crate::error::Result;
+
+/// How often the heartbeat thread looks at the slots in use.
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The shortest time between two warnings about one entrypoint.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The limited entrypoints of a worker and what was last seen of their slots.
+pub(crate) struct LimitWatch {
+    watched: Vec<Watched>,
+    /// Some entrypoint is paused (so claims must leave it out).
+    any_paused: AtomicBool,
+}
+
+struct Watched {
+    entrypoint: String,
+    limit: u32,
+    /// Stop claiming while a larger limit is evident.
+    pause_on_larger: bool,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    /// The highest slot in use at the last look, if any.
+    highest_slot: Option<i64>,
+    /// Slots in use at the last look.
+    held: u64,
+    /// When the last warning about this entrypoint was logged.
+    warned: Option<Instant>,
+    /// A larger limit elsewhere was evident at the last look.
+    larger: bool,
+}
+
+/// What the watch knows of one limited entrypoint (part of [`crate::WorkerStats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitStats {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// The concurrency limit this worker declares for it.
+    pub limit: u32,
+    /// The highest slot any worker held at the last look (every 10 s), if any.
+    pub highest_slot: Option<i64>,
+    /// How many slots were held at the last look, by every worker.
+    pub held_slots: u64,
+    /// A held slot at or above `limit` proved that another worker declares a larger
+    /// limit (at least `highest_slot + 1`).
+    pub larger_limit_elsewhere: bool,
+    /// This worker has stopped claiming the entrypoint because of it
+    /// ([`crate::EntrypointOptions::pause_on_larger_limit`]).
+    pub paused: bool,
+}
+
+impl LimitWatch {
+    pub(crate) fn new(registry: &Registry) -> LimitWatch {
+        let watched = registry
+            .order
+            .iter()
+            .filter_map(|name| {
+                let options = &registry.by_name[name].options;
+                (options.concurrency_limit > 0).then(|| Watched {
+                    entrypoint: name.clone(),
+                    limit: options.concurrency_limit,
+                    pause_on_larger: options.pause_on_larger_limit,
+                    seen: Mutex::new(Seen::default()),
+                })
+            })
+            .collect();
+        LimitWatch {
+            watched,
+            any_paused: AtomicBool::new(false),
+        }
+    }
+
+    /// True when this worker declares no limit (nothing to watch).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.watched.is_empty()
+    }
+
+    /// Reads the slots in use and updates what is known, warning about disagreements.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub(crate) fn check(&self, conn: &mut Conn, claimer: &Claimer) -> Result<()> {
+        let names: Vec<&str> = self.watched.iter().map(|w| w.entrypoint.as_str()).collect();
+        let slots = claimer.slots_in_use(conn, &names)?;
+        let mut any_paused = false;
+        for (w, (highest, held)) in self.watched.iter().zip(slots) {
+            let mut seen = lock(&w.seen);
+            seen.highest_slot = highest;
+            seen.held = held;
+            let larger = highest.is_some_and(|h| h >= i64::from(w.limit));
+            if larger && seen.warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                seen.warned = Some(Instant::now());
+                let slot = highest.unwrap_or_default();
+                log::warn!(
+                    "pgqueuer: entrypoint {:?}: a job holds slot {slot}, so another worker \
+                     declares a concurrency limit of at least {}, while this worker declares \
+                     {}; the largest declared limit is the one that holds. Declare the same \
+                     limit on every worker{}",
+                    w.entrypoint,
+                    slot + 1,
+                    w.limit,
+                    if w.pause_on_larger {
+                        "; this worker stops claiming it meanwhile"
+                    } else {
+                        ""
+                    }
+                );
+            } else if !larger && seen.larger {
+                log::info!(
+                    "pgqueuer: entrypoint {:?}: no slot at or above this worker's limit of {} \
+                     is held any more{}",
+                    w.entrypoint,
+                    w.limit,
+                    if w.pause_on_larger {
+                        "; claiming it again"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            seen.larger = larger;
+            any_paused |= larger && w.pause_on_larger;
+        }
+        self.any_paused.store(any_paused, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The claimer to claim with: `claimer` itself, or, while some entrypoint is paused,
+    /// one without it (`None` when every entrypoint is paused).
+    pub(crate) fn claimer<'c>(
+        &self,
+        claimer: &'c Claimer,
+    ) -> Option<std::borrow::Cow<'c, Claimer>> {
+        if !self.any_paused.load(Ordering::SeqCst) {
+            return Some(std::borrow::Cow::Borrowed(claimer));
+        }
+        let paused: Vec<&str> = self
+            .watched
+            .iter()
+            .filter(|w| w.pause_on_larger && lock(&w.seen).larger)
+            .map(|w| w.entrypoint.as_str())
+            .collect();
+        claimer.without(&paused).map(std::borrow::Cow::Owned)
+    }
+
+    /// What is known of each limited entrypoint.
+    pub(crate) fn stats(&self) -> Vec<LimitStats> {
+        self.watched
+            .iter()
+            .map(|w| {
+                let seen = lock(&w.seen);
+                LimitStats {
+                    entrypoint: w.entrypoint.clone(),
+                    limit: w.limit,
+                    highest_slot: seen.highest_slot,
+                    held_slots: seen.held,
+                    larger_limit_elsewhere: seen.larger,
+                    paused: seen.larger && w.pause_on_larger,
+                }
+            })
+            .collect()
+    }
+}
