@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use pgqueuer::postgres::types::FromSql;
 use pgqueuer::postgres::{Client, Config, NoTls};
 
 /// Where the test server is.
@@ -608,8 +609,8 @@ pub fn fixture(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-/// The first column of the first row of `sql`, as a count.
-pub fn scalar(client: &mut Client, sql: &str) -> i64 {
+/// The first column of the first row of `sql` (a count, a setting, a status...).
+pub fn scalar<T: for<'a> FromSql<'a>>(client: &mut Client, sql: &str) -> T {
     client.query_one(sql, &[]).unwrap().get(0)
 }
 

@@ -31,7 +31,7 @@ fn aggregation_yields_to_a_holder_of_pgqueuers_lock() {
     let settings = Settings::default();
     // PgQueuer's key for default names (the spec's figure).
     assert_eq!(
-        scalar(
+        scalar::<i64>(
             &mut client,
             "SELECT hashtext('pgqueuer_statistics')::bigint"
         ),
@@ -48,7 +48,7 @@ fn aggregation_yields_to_a_holder_of_pgqueuers_lock() {
         Aggregation::Busy
     );
     assert_eq!(
-        scalar(
+        scalar::<i64>(
             &mut client,
             "SELECT count(*) FROM pgqueuer_log WHERE aggregated"
         ),
@@ -108,14 +108,14 @@ fn concurrent_aggregations_count_every_row_once() {
     }
     ops::aggregate_log(&mut writer, &settings).unwrap();
     assert_eq!(
-        scalar(
+        scalar::<i64>(
             &mut writer,
             "SELECT sum(count)::bigint FROM pgqueuer_statistics"
         ),
         1000
     );
     assert_eq!(
-        scalar(
+        scalar::<i64>(
             &mut writer,
             "SELECT count(*) FROM pgqueuer_log WHERE NOT aggregated"
         ),
@@ -156,7 +156,7 @@ fn pruning_waits_for_a_running_aggregator() {
     let pruned = pruner.join().unwrap().unwrap();
     assert_eq!((pruned.aggregated, pruned.deleted), (3, 3));
     assert_eq!(
-        scalar(
+        scalar::<i64>(
             &mut holder,
             "SELECT sum(count)::bigint FROM pgqueuer_statistics"
         ),
@@ -221,7 +221,7 @@ fn every_operation_works_with_a_prefix_and_schema() {
 
     ops::set_durability(&mut client, &settings, Durability::Volatile).unwrap();
     assert_eq!(
-        scalar(
+        scalar::<i64>(
             &mut client,
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
               WHERE n.nspname = 'myq' AND c.relkind = 'r' AND c.relpersistence = 'u'"

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pgqueuer::{Cron, Error, Schedule, Scheduler, Settings, ShutdownHandle, Status, schedules};
 
-use crate::harness::TestDb;
+use crate::harness::{TestDb, scalar};
 
 /// Runs `scheduler` on a thread; returns its stop handle and the thread.
 fn start(mut scheduler: Scheduler) -> (ShutdownHandle, JoinHandle<pgqueuer::Result<()>>) {
@@ -132,11 +132,10 @@ fn runs_with_prefixed_names_in_a_schema() {
     let listed = schedules::list(&mut db.client(), &settings).unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].expression, "* * * * * *");
-    let in_schema: i64 = db
-        .client()
-        .query_one("SELECT count(*) FROM myq.app_pgqueuer_schedules", &[])
-        .unwrap()
-        .get(0);
+    let in_schema: i64 = scalar(
+        &mut db.client(),
+        "SELECT count(*) FROM myq.app_pgqueuer_schedules",
+    );
     assert_eq!(in_schema, 1);
 }
 

@@ -361,12 +361,10 @@ fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
                 .unwrap();
         }
         let rows = |c: &mut pgqueuer::postgres::Client| -> i64 {
-            c.query_one(
+            scalar(
+                c,
                 "SELECT count(*) FROM pg_class WHERE relname = 'pgqueuer' AND relkind = 'r'",
-                &[],
             )
-            .unwrap()
-            .get::<_, i64>(0)
         };
         let jobs_before = if rows(&mut client) > 0 {
             scalar(&mut client, "SELECT count(*) FROM pgqueuer")
@@ -392,7 +390,7 @@ fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
         );
         if release.is_some() {
             assert_eq!(
-                scalar(&mut client, "SELECT count(*) FROM pgqueuer"),
+                scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer"),
                 jobs_before,
                 "{what}: rows lost"
             );
@@ -495,9 +493,6 @@ fn upgrade_sends_the_client_no_notices() {
         0,
         "upgrade() let notices through"
     );
-    let level: String = client
-        .query_one("SHOW client_min_messages", &[])
-        .unwrap()
-        .get(0);
+    let level: String = scalar(&mut client, "SHOW client_min_messages");
     assert_eq!(level, "log");
 }

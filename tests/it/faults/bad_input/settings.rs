@@ -1,0 +1,61 @@
+//! Settings that would make bad SQL.
+
+use pgqueuer::{Queue, Settings, Worker};
+
+use super::Tally;
+use crate::harness::TestDb;
+
+/// A prefix, schema, table name or channel that is not a valid name is rejected by the
+/// worker and by the queue before any SQL runs, and so is SQL smuggled in through
+/// `PGQUEUER_QUEUE_TABLE`.
+#[test]
+fn bad_settings_are_rejected_before_any_sql() {
+    let mut tally = Tally::default();
+    let db = TestDb::new();
+    let pool = db.pool(6);
+    let bad_settings = [
+        (Settings::with_prefix("bad;prefix"), "prefix"),
+        (Settings::default().schema("no such schema"), "schema"),
+        (
+            Settings {
+                queue_table: "q".repeat(60),
+                ..Settings::default()
+            },
+            "queue_table",
+        ),
+        (
+            Settings {
+                channel: String::new(),
+                ..Settings::default()
+            },
+            "channel",
+        ),
+    ];
+    for (settings, name) in bad_settings {
+        let built = Worker::builder(pool.clone())
+            .threads(1)
+            .settings(settings.clone())
+            .entrypoint("a", |_job, _ctx| Ok(()))
+            .build()
+            .map(drop);
+        tally.expect_err(
+            &format!("worker with a bad {name}"),
+            built,
+            &[&format!("invalid setting {name}")],
+        );
+        tally.expect_err(
+            &format!("queue with a bad {name}"),
+            Queue::with_settings(pool.clone(), &settings).map(drop),
+            &[&format!("invalid setting {name}")],
+        );
+    }
+    let from_env = Settings::from_lookup(|k| {
+        (k == "PGQUEUER_QUEUE_TABLE").then(|| "jobs; DROP TABLE x".to_owned())
+    });
+    tally.expect_err(
+        "PGQUEUER_QUEUE_TABLE with SQL in it",
+        from_env.map(drop),
+        &["invalid setting queue_table"],
+    );
+    tally.finish("bad settings");
+}

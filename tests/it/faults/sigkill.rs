@@ -1,0 +1,237 @@
+//! SIGKILL: worker processes killed while they hold jobs.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use pgqueuer::postgres::Client;
+use pgqueuer::{JobId, Queue};
+
+use super::checks::{
+    RUNS_DDL, assert_limits, count, enqueue_plan, max_overlap, outcomes, successful, wait_all_done,
+};
+use super::process::{Proc, assert_running, spawn_fleet, terminate_all, worker_args};
+use super::summary::{Row, concurrency, report};
+use crate::harness::{TestDb, scalar};
+
+/// (entrypoint, limit, handler millis, jobs) of the run.
+const PLAN: [(&str, u32, u64, usize); 3] = [
+    ("lim2", 2, 150, 40),
+    ("lim1", 1, 100, 15),
+    ("free", 0, 20, 200),
+];
+
+/// How many kills to make (fewer if the queue empties first).
+const KILLS: usize = 6;
+
+/// What the kills did.
+struct Kills {
+    kills: usize,
+    /// Kills of a process that still held jobs once its last statement had ended.
+    mid_job: usize,
+    /// Jobs orphaned, counting a job orphaned twice twice.
+    orphanings: usize,
+    /// The orphaned jobs, sorted, each once.
+    orphans: Vec<JobId>,
+    /// Each orphaning: the job and when its holder was killed.
+    orphaned_at: Vec<(JobId, SystemTime)>,
+}
+
+/// Worker processes SIGKILLed while they hold jobs: the orphans are re-picked after the
+/// heartbeat timeout (2 s) and completed, no job is lost, and the recorded runs of a
+/// limited entrypoint never overlap beyond its limit.
+#[test]
+fn sigkilled_workers_lose_no_job_and_limits_hold() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client.batch_execute(RUNS_DDL).unwrap();
+    let queue = Queue::new(db.pool(2));
+    let limits: Vec<(&str, u32)> = PLAN.iter().map(|p| (p.0, p.1)).collect();
+    let ids = enqueue_plan(&queue, &PLAN);
+    let args = worker_args(
+        &PLAN,
+        &[
+            "--threads",
+            "3",
+            "--batch",
+            "3",
+            "--heartbeat-timeout",
+            "2",
+            "--dequeue-timeout",
+            "0.5",
+            "--record",
+        ],
+    );
+    let mut procs = spawn_fleet(3, &db.dsn(), &args);
+    let started = Instant::now();
+    let k = kill_the_busiest(&mut client, &mut procs, &db.dsn(), &args);
+    let lost = wait_all_done(&mut client, &ids, Duration::from_secs(60));
+    let elapsed = started.elapsed();
+    assert_running(&mut procs);
+    let max = max_overlap(&mut client);
+    let done = outcomes(&mut client, &ids);
+    let runs: i64 = scalar(&mut client, "SELECT count(*) FROM pgqueuer_example_runs");
+    let distinct: i64 = scalar(
+        &mut client,
+        "SELECT count(DISTINCT job_id) FROM pgqueuer_example_runs",
+    );
+    let repicked = repicks(&mut client, &k.orphans);
+    let delays = repick_delays(&mut client, &k.orphaned_at);
+    let fastest = delays.iter().copied().fold(f64::INFINITY, f64::min);
+    let slowest = delays.iter().copied().fold(0.0, f64::max);
+    eprintln!("sigkill: orphans re-picked {fastest:.2}..{slowest:.2} s after their kill");
+    eprintln!(
+        "sigkill: {} kills ({} mid-job, {} jobs orphaned, {} distinct), \
+         {} jobs in {elapsed:?}, outcomes {done:?}, {runs} recorded runs of {distinct} jobs \
+         ({} re-runs), overlap {max:?}",
+        k.kills,
+        k.mid_job,
+        k.orphanings,
+        k.orphans.len(),
+        ids.len(),
+        runs - distinct
+    );
+    report(Row {
+        test: "sigkill workers",
+        faults: format!("{} SIGKILL ({} jobs orphaned)", k.kills, k.orphanings),
+        enqueued: ids.len(),
+        completed: successful(&done),
+        lost: lost.len(),
+        concurrency: concurrency(&max, &limits),
+    });
+    assert!(lost.is_empty(), "lost jobs: {lost:?}");
+    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+    assert!(
+        k.mid_job >= 3,
+        "only {} kills hit a worker mid-job",
+        k.mid_job
+    );
+    // Every orphan was picked again (after its heartbeat went stale) and completed.
+    assert_eq!(repicked.len(), k.orphans.len());
+    for (id, picks, last) in &repicked {
+        assert!(*picks >= 2, "orphan {id} was picked {picks} times");
+        assert_eq!(last, "successful", "orphan {id}");
+    }
+    assert_eq!(distinct, count(ids.len()), "every job ran to completion");
+    assert!(
+        delays.iter().all(|d| *d >= 0.5),
+        "an orphan was re-picked before its heartbeat went stale: {delays:?}"
+    );
+    assert_limits(&max, &limits);
+    terminate_all(&mut procs);
+}
+
+/// Every 700 ms, SIGKILLs the live process holding the most picked jobs and starts a
+/// fresh one in its place, [`KILLS`] times or until the queue table is empty.
+fn kill_the_busiest(client: &mut Client, procs: &mut [Proc], dsn: &str, args: &[String]) -> Kills {
+    let (mut kills, mut mid_job) = (0, 0);
+    let mut orphans: Vec<JobId> = Vec::new();
+    let mut orphaned_at: Vec<(JobId, SystemTime)> = Vec::new();
+    let mut spawned = procs.len();
+    while kills < KILLS {
+        std::thread::sleep(Duration::from_millis(700));
+        let Some(i) = busiest(client, procs) else {
+            if scalar::<i64>(client, "SELECT count(*) FROM pgqueuer") == 0 {
+                break;
+            }
+            continue;
+        };
+        let worker_id = procs[i].worker_id_now().unwrap();
+        procs[i].kill9();
+        let killed_at = SystemTime::now();
+        kills += 1;
+        // A statement the process sent just before dying still runs to its end on the
+        // server (a completion, say); what is still held after that is orphaned.
+        std::thread::sleep(Duration::from_millis(300));
+        let orphaned: Vec<JobId> = client
+            .query(
+                "SELECT id FROM pgqueuer WHERE status = 'picked' AND queue_manager_id = $1::text::uuid",
+                &[&worker_id],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        eprintln!(
+            "kill {kills}: SIGKILL {} (pid {}) holding {:?}",
+            procs[i].label,
+            procs[i].pid(),
+            orphaned
+        );
+        if !orphaned.is_empty() {
+            mid_job += 1;
+        }
+        orphaned_at.extend(orphaned.iter().map(|id| (*id, killed_at)));
+        orphans.extend(orphaned);
+        procs[i] = Proc::spawn(&format!("w{spawned}"), dsn, args);
+        spawned += 1;
+    }
+    // A re-picked orphan may be orphaned again by a later kill.
+    let orphanings = orphans.len();
+    orphans.sort_unstable();
+    orphans.dedup();
+    Kills {
+        kills,
+        mid_job,
+        orphanings,
+        orphans,
+        orphaned_at,
+    }
+}
+
+/// The index of the live process holding the most picked jobs, if any holds one.
+fn busiest(client: &mut Client, procs: &[Proc]) -> Option<usize> {
+    let held: HashMap<String, i64> = client
+        .query(
+            "SELECT queue_manager_id::text, count(*) FROM pgqueuer \
+             WHERE status = 'picked' GROUP BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    procs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let n = held.get(&p.worker_id_now()?).copied().unwrap_or(0);
+            (n > 0).then_some((i, n))
+        })
+        .max_by_key(|(_, n)| *n)
+        .map(|(i, _)| i)
+}
+
+/// For each orphan: its id, how often it was picked, and its last logged status.
+fn repicks(client: &mut Client, orphans: &[JobId]) -> Vec<(JobId, i64, String)> {
+    client
+        .query(
+            "SELECT job_id, count(*) FILTER (WHERE status = 'picked'), \
+                    (array_agg(status::text ORDER BY id DESC))[1] \
+             FROM pgqueuer_log WHERE job_id = ANY($1::bigint[]) GROUP BY job_id",
+            &[&orphans],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// How long after each kill its orphans were picked again, in seconds: the heartbeat
+/// timeout (2 s) after their last heartbeat, which was about 1 s (the beat interval) or
+/// less before the kill. NaN for an orphan never picked again.
+fn repick_delays(client: &mut Client, orphaned_at: &[(JobId, SystemTime)]) -> Vec<f64> {
+    orphaned_at
+        .iter()
+        .map(|(id, at)| {
+            client
+                .query_one(
+                    "SELECT EXTRACT(EPOCH FROM min(created) - $2::timestamptz)::float8 \
+                     FROM pgqueuer_log WHERE job_id = $1 AND status = 'picked' AND created > $2",
+                    &[id, at],
+                )
+                .unwrap()
+                .get::<_, Option<f64>>(0)
+                .unwrap_or(f64::NAN)
+        })
+        .collect()
+}

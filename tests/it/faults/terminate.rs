@@ -1,0 +1,115 @@
+//! pg_terminate_backend: the backends of a running fleet are terminated again and
+//! again.
+
+use std::time::{Duration, Instant};
+
+use super::checks::{
+    Producer, RUNS_DDL, assert_limits, count, max_overlap, outcomes, successful, wait_all_done,
+};
+use super::process::{assert_running, digest, spawn_fleet, terminate_all, worker_args};
+use super::summary::{Row, concurrency, report};
+use crate::harness::{TestDb, eventually, scalar};
+
+/// For 5 s, every 300 ms, the listeners' backends or every backend of the test database
+/// (workers' pools, listeners, the producer) are terminated: nothing is lost, limits
+/// hold, and both worker processes end up listening again.
+#[test]
+fn terminated_backends_lose_nothing() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client.batch_execute(RUNS_DDL).unwrap();
+    let plan = [("lim", 2, 30, 0), ("free", 0, 10, 0)];
+    let limits: Vec<(&str, u32)> = plan.iter().map(|p| (p.0, p.1)).collect();
+    let args = worker_args(
+        &plan,
+        &[
+            "--threads",
+            "3",
+            "--heartbeat-timeout",
+            "4",
+            "--dequeue-timeout",
+            "1",
+            "--record",
+        ],
+    );
+    let mut procs = spawn_fleet(2, &db.dsn(), &args);
+    let producer = Producer::start(&db.dsn(), &["lim", "free"], Duration::from_millis(50));
+    let (mut rounds, mut listeners_killed, mut backends_killed) = (0, 0, 0);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(300));
+        let only_listeners = rounds % 3 == 0;
+        let filter = if only_listeners {
+            " AND query LIKE 'LISTEN%'"
+        } else {
+            ""
+        };
+        let killed = client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = $1 AND pid <> pg_backend_pid(){filter}"
+                ),
+                &[&db.name],
+            )
+            .unwrap()
+            .get::<_, i64>(0);
+        if only_listeners {
+            listeners_killed += killed;
+        } else {
+            backends_killed += killed;
+        }
+        rounds += 1;
+    }
+    let produced = producer.finish();
+    let ids = &produced.ids;
+    let lost = wait_all_done(&mut client, ids, Duration::from_secs(60));
+    // Both listeners are back (each worker LISTENs on one connection of its own).
+    let relisten = eventually(
+        Duration::from_secs(10),
+        "both listeners to reconnect",
+        || {
+            scalar::<i64>(
+                &mut client,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND query LIKE 'LISTEN%'",
+                    db.name
+                ),
+            ) == 2
+        },
+    );
+    assert_running(&mut procs);
+    let max = max_overlap(&mut client);
+    let done = outcomes(&mut client, ids);
+    let reconnects: Vec<usize> = procs
+        .iter()
+        .map(|p| p.stderr().matches("listener lost its connection").count())
+        .collect();
+    for p in &procs {
+        eprintln!("worker {} reported {:?}", p.label, digest(&p.stderr()));
+    }
+    eprintln!(
+        "terminate: {rounds} rounds, {listeners_killed} listener and {backends_killed} other \
+         backends terminated; {} jobs, outcomes {done:?}; producer errors {}; listener \
+         reconnects logged {reconnects:?}; listening again {relisten:?} after the end; overlap {max:?}",
+        ids.len(),
+        produced.errors
+    );
+    report(Row {
+        test: "pg_terminate_backend",
+        faults: format!(
+            "{} backends killed ({listeners_killed} listeners)",
+            listeners_killed + backends_killed
+        ),
+        enqueued: ids.len(),
+        completed: successful(&done),
+        lost: lost.len(),
+        concurrency: concurrency(&max, &limits),
+    });
+    assert!(lost.is_empty(), "lost jobs: {lost:?}");
+    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+    assert!(listeners_killed >= 2 && backends_killed >= 10);
+    assert!(reconnects.iter().all(|n| *n >= 1), "{reconnects:?}");
+    assert_limits(&max, &limits);
+    terminate_all(&mut procs);
+}

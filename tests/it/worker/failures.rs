@@ -1,0 +1,280 @@
+//! Failing handlers: retries, hold, panics, and failures reported without a logger.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use pgqueuer::{EntrypointOptions, NewJob, OnFailure, Queue, Retry, RetryPolicy, Status, Worker};
+
+use crate::harness::{TestDb, eventually, log_of};
+
+/// A worker of two threads (200 ms dequeue timeout) with the one entrypoint `add`
+/// configures, started.
+fn start_worker(
+    pool: &pgqueuer::Pool,
+    add: impl FnOnce(pgqueuer::WorkerBuilder) -> pgqueuer::WorkerBuilder,
+) -> pgqueuer::RunningWorker {
+    add(Worker::builder(pool.clone())
+        .threads(2)
+        .dequeue_timeout(Duration::from_millis(200)))
+    .build()
+    .unwrap()
+    .start()
+    .unwrap()
+}
+
+/// A handler failing under an exponential retry policy (200 ms base, no jitter) is
+/// retried with a `queued` log row per attempt, 200 ms and then 400 ms later, each
+/// failure recorded with PgQueuer's six-key traceback, until it succeeds.
+#[test]
+fn retries_log_each_attempt_with_growing_delays() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let flaky = queue.enqueue(NewJob::new("flaky", Vec::new())).unwrap();
+    let worker = start_worker(&pool, |builder| {
+        builder.entrypoint_with(
+            "flaky",
+            EntrypointOptions::new().retry(
+                RetryPolicy::exponential(5, Duration::from_millis(200), Duration::from_secs(5))
+                    .jitter(0.0),
+            ),
+            |job, _ctx| {
+                if job.attempts < 2 {
+                    return Err(format!("attempt {} fails", job.attempts).into());
+                }
+                Ok(())
+            },
+        )
+    });
+    eventually(Duration::from_secs(10), "the flaky job to succeed", || {
+        log_of(&mut client, flaky).last().map(String::as_str) == Some("successful")
+    });
+    assert_eq!(
+        log_of(&mut client, flaky),
+        [
+            "queued",
+            "picked",
+            "queued",
+            "picked",
+            "queued",
+            "picked",
+            "successful"
+        ]
+    );
+    // Delay between each retry's `queued` row and the next `picked`: 200 ms, then 400 ms.
+    let gaps: Vec<f64> = client
+        .query(
+            "SELECT EXTRACT(EPOCH FROM created - LAG(created) OVER (ORDER BY id))::float8 AS gap, status::text \
+             FROM pgqueuer_log WHERE job_id = $1 ORDER BY id",
+            &[&flaky],
+        )
+        .unwrap()
+        .iter()
+        .filter(|r| r.get::<_, String>(1) == "picked")
+        .filter_map(|r| r.get::<_, Option<f64>>(0))
+        .collect();
+    // The first `picked` follows the enqueue; the next two follow each retry.
+    assert_eq!(gaps.len(), 3, "{gaps:?}");
+    assert!(
+        gaps[1] >= 0.19 && gaps[2] >= 0.39 && gaps[2] > gaps[1],
+        "delays {gaps:?}"
+    );
+    let tb: serde_json::Value = client
+        .query_one(
+            "SELECT traceback FROM pgqueuer_log WHERE job_id = $1 AND status = 'queued' AND traceback IS NOT NULL ORDER BY id LIMIT 1",
+            &[&flaky],
+        )
+        .unwrap()
+        .get(0);
+    for key in [
+        "job_id",
+        "timestamp",
+        "exception_type",
+        "exception_message",
+        "traceback",
+        "additional_context",
+    ] {
+        assert!(tb.get(key).is_some(), "traceback lacks {key}: {tb}");
+    }
+    assert_eq!(tb["additional_context"]["attempt"], 0);
+    assert_eq!(tb["additional_context"]["retry_delay"], "0:00:00.200000");
+    worker.join().unwrap();
+}
+
+/// A handler returning `Retry::after` is retried after that delay, with one more
+/// `queued` and `picked` log row, and then succeeds.
+#[test]
+fn a_handler_asking_for_a_retry_runs_again() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let asked = queue.enqueue(NewJob::new("asks", Vec::new())).unwrap();
+    let worker = start_worker(&pool, |builder| {
+        builder.entrypoint("asks", |job, _ctx| {
+            if job.attempts == 0 {
+                return Err(Retry::after(Duration::from_millis(100))
+                    .reason("not yet")
+                    .into());
+            }
+            Ok(())
+        })
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the job asking for a retry to succeed",
+        || log_of(&mut client, asked).last().map(String::as_str) == Some("successful"),
+    );
+    assert_eq!(
+        log_of(&mut client, asked),
+        ["queued", "picked", "queued", "picked", "successful"]
+    );
+    worker.join().unwrap();
+}
+
+/// With `OnFailure::Hold` a failing job stays in the queue table as `failed`, owned by
+/// no worker, its traceback logged; requeued, it runs again and succeeds.
+#[test]
+fn hold_keeps_a_failed_job_until_it_is_requeued() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let held = queue.enqueue(NewJob::new("broken", Vec::new())).unwrap();
+    let fail_broken = Arc::new(AtomicBool::new(true));
+    let worker = {
+        let fail_broken = fail_broken.clone();
+        start_worker(&pool, move |builder| {
+            builder.entrypoint_with(
+                "broken",
+                EntrypointOptions::new().on_failure(OnFailure::Hold),
+                move |_job, _ctx| {
+                    if fail_broken.load(Ordering::SeqCst) {
+                        Err(std::io::Error::other("disk on fire").into())
+                    } else {
+                        Ok(())
+                    }
+                },
+            )
+        })
+    };
+    eventually(Duration::from_secs(10), "the broken job to be held", || {
+        log_of(&mut client, held).last().map(String::as_str) == Some("failed")
+    });
+    let row = client
+        .query_one(
+            "SELECT status::text, queue_manager_id IS NULL FROM pgqueuer WHERE id = $1",
+            &[&held],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, bool>(1)),
+        ("failed".to_owned(), true)
+    );
+    let tb: serde_json::Value = client
+        .query_one(
+            "SELECT traceback FROM pgqueuer_log WHERE job_id = $1 AND status = 'failed'",
+            &[&held],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tb["exception_message"], "disk on fire");
+    assert_eq!(tb["additional_context"]["entrypoint"], "broken");
+    fail_broken.store(false, Ordering::SeqCst);
+    assert_eq!(queue.requeue_failed(&[held]).unwrap(), [held]);
+    eventually(
+        Duration::from_secs(10),
+        "the requeued job to succeed",
+        || log_of(&mut client, held).last().map(String::as_str) == Some("successful"),
+    );
+    worker.join().unwrap();
+}
+
+/// A panicking handler's job ends as `exception` with a `Panic` traceback, and the same
+/// worker thread runs every other job.
+#[test]
+fn a_panicking_handler_is_an_exception_and_the_worker_goes_on() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(4);
+    let queue = Queue::new(pool.clone());
+    let bomb = queue
+        .enqueue(NewJob::new("work", b"boom".to_vec()).priority(10))
+        .unwrap();
+    let others = queue
+        .enqueue_many(
+            &(0..20)
+                .map(|i| NewJob::new("work", vec![i]))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let worker = Worker::builder(pool)
+        .threads(1)
+        .entrypoint("work", |job, _ctx| {
+            if job.payload.as_deref() == Some(b"boom") {
+                panic!("handler bug");
+            }
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let summary = worker.run_until_empty().unwrap();
+    assert_eq!((summary.failed, summary.succeeded), (1, 20));
+    assert_eq!(log_of(&mut client, bomb), ["queued", "picked", "exception"]);
+    let tb: serde_json::Value = client
+        .query_one(
+            "SELECT traceback FROM pgqueuer_log WHERE job_id = $1 AND status = 'exception'",
+            &[&bomb],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tb["exception_type"], "Panic");
+    assert_eq!(tb["exception_message"], "handler bug");
+    for id in others {
+        assert_eq!(
+            log_of(&mut client, id).last().map(String::as_str),
+            Some("successful")
+        );
+    }
+}
+
+/// With logging off (no logger, or one whose level is off) a failing handler is still
+/// reported on stderr, with its job id, entrypoint and cause; a successful one is quiet.
+#[test]
+fn a_failure_reaches_stderr_with_logging_off() {
+    let exe = crate::harness::program("example", "minimal_worker", &[]);
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(1));
+    let bad = queue
+        .enqueue(NewJob::new("hello", vec![0xff, 0xfe]))
+        .unwrap();
+    let good = queue
+        .enqueue(NewJob::new("hello", b"world".to_vec()))
+        .unwrap();
+    let mut child = std::process::Command::new(exe)
+        .env("PGQUEUER_DSN", db.dsn())
+        .env("RUST_LOG", "off")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let statuses = queue.wait_for(&[bad, good], Duration::from_secs(30));
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let statuses = statuses.unwrap();
+    assert_eq!(statuses[&bad], Status::Exception);
+    assert_eq!(statuses[&good], Status::Successful);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "pgqueuer: job {bad} (hello) failed: Error: the payload is not UTF-8 text"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no logger is installed"), "{stderr}");
+    assert!(!stderr.contains(&format!("job {good} ")), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hello world"));
+}

@@ -1,0 +1,184 @@
+//! Concurrency limits, exactly-once execution and batch sizes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
+
+use crate::harness::{TestDb, scalar};
+
+/// 16 threads drain 20,000 jobs over limits 2 and 5 and two unlimited entrypoints: every
+/// job runs exactly once and running handlers never exceed a limit.
+#[test]
+fn sixteen_threads_run_every_job_once_within_limits() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET synchronous_commit = off",
+            db.name
+        ))
+        .unwrap();
+    let pool = db.pool(18);
+    let queue = Queue::new(pool.clone());
+    let plan: [(&str, u32, usize); 4] = [
+        ("two", 2, 1_500),
+        ("five", 5, 3_500),
+        ("a", 0, 7_500),
+        ("b", 0, 7_500),
+    ];
+    for (ep, _, count) in plan {
+        for chunk in (0..count).collect::<Vec<_>>().chunks(2_000) {
+            let jobs: Vec<NewJob> = chunk
+                .iter()
+                .map(|i| {
+                    NewJob::new(ep, i.to_string().into_bytes())
+                        .priority(i32::try_from(*i % 7).unwrap())
+                })
+                .collect();
+            queue.enqueue_many(&jobs).unwrap();
+        }
+    }
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let running: Arc<HashMap<&'static str, (AtomicI64, AtomicI64)>> = Arc::new(
+        plan.iter()
+            .map(|(ep, _, _)| (*ep, (AtomicI64::new(0), AtomicI64::new(0))))
+            .collect(),
+    );
+    let mut builder = Worker::builder(pool.clone()).threads(16).batch_size(10);
+    for (ep, limit, _) in plan {
+        let (seen, running) = (seen.clone(), running.clone());
+        builder = builder.entrypoint_with(
+            ep,
+            EntrypointOptions::new().concurrency_limit(limit),
+            move |job, _ctx| {
+                let (now, max) = &running[ep];
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                max.fetch_max(n, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_micros(200));
+                now.fetch_sub(1, Ordering::SeqCst);
+                assert!(
+                    seen.lock().unwrap().insert(job.id),
+                    "job {} ran twice",
+                    job.id
+                );
+                Ok(())
+            },
+        );
+    }
+    let worker = builder.build().unwrap();
+    let started = Instant::now();
+    let summary = worker.run_until_empty().unwrap();
+    let total: usize = plan.iter().map(|p| p.2).sum();
+    eprintln!("worker: {total} jobs in {:?}", started.elapsed());
+    assert_eq!(summary.succeeded, total as u64);
+    assert_eq!(seen.lock().unwrap().len(), total);
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer"),
+        0
+    );
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+        ),
+        i64::try_from(total).unwrap()
+    );
+    for (ep, limit, _) in plan {
+        let max = running[ep].1.load(Ordering::SeqCst);
+        eprintln!("worker: {ep} limit {limit} max running {max}");
+        if limit > 0 {
+            assert!(
+                max <= i64::from(limit),
+                "{ep}: {max} running > limit {limit}"
+            );
+        }
+    }
+    assert!(
+        running["five"].1.load(Ordering::SeqCst) >= 2,
+        "no overlap seen on the limit-5 entrypoint"
+    );
+}
+
+/// Where slots are scarce (limit 1, two threads), a slot turns over in one commit: the
+/// claim that takes the next job also ends the previous one, so most `successful` log
+/// rows were written by the same transaction as a `picked` one, and the limit holds.
+/// With `reuse_slots(false)` every end is written on its own first.
+#[test]
+fn a_scarce_slot_turns_over_in_one_commit_unless_slots_are_released() {
+    for reuse in [true, false] {
+        let db = TestDb::new();
+        let pool = db.pool(4);
+        let queue = Queue::new(pool.clone());
+        let jobs: Vec<NewJob> = (0..60).map(|_| NewJob::new("one", Vec::new())).collect();
+        queue.enqueue_many(&jobs).unwrap();
+        let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let worker = {
+            let (now, peak) = (now.clone(), peak.clone());
+            Worker::builder(pool)
+                .threads(2)
+                .reuse_slots(reuse)
+                .entrypoint_with(
+                    "one",
+                    EntrypointOptions::new().concurrency_limit(1),
+                    move |_job, _ctx| {
+                        peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(2));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    },
+                )
+                .build()
+                .unwrap()
+        };
+        assert_eq!(worker.run_until_empty().unwrap().succeeded, 60);
+        assert_eq!(peak.load(Ordering::SeqCst), 1);
+        let mut client = db.client();
+        let shared = scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_log done WHERE done.status = 'successful' AND EXISTS \
+             (SELECT 1 FROM pgqueuer_log pick WHERE pick.status = 'picked' AND pick.xmin = done.xmin)",
+        );
+        eprintln!("reuse_slots({reuse}): {shared} of 60 ends committed with a claim");
+        if reuse {
+            assert!(
+                shared >= 30,
+                "only {shared} of 60 ends were committed with a claim"
+            );
+        } else {
+            assert_eq!(shared, 0, "an end was committed with a claim");
+        }
+    }
+}
+
+/// With default settings a claim takes a full batch of 10 (PgQueuer's batch size): the
+/// default thread count matches it. Each claim writes its `picked` log rows in one
+/// statement, so they share one `created` time.
+#[test]
+fn the_default_worker_claims_full_batches_of_ten() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let jobs: Vec<NewJob> = (0..60)
+        .map(|i| NewJob::new("batch", i.to_string().into_bytes()))
+        .collect();
+    queue.enqueue_many(&jobs).unwrap();
+    let summary = Worker::builder(db.pool(6))
+        .entrypoint("batch", |_j, _c| {
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    assert_eq!(summary.succeeded, 60);
+    let mut client = db.client();
+    let largest: i64 = scalar(
+        &mut client,
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM pgqueuer_log
+          WHERE status = 'picked' GROUP BY created) claims",
+    );
+    assert_eq!(largest, 10, "the largest claim took {largest} jobs");
+}

@@ -1,0 +1,150 @@
+//! Stopping handlers: cancellation of a running job, and shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pgqueuer::{NewJob, Queue, Worker};
+
+use crate::harness::{TestDb, eventually, log_of, scalar};
+
+/// `Queue::cancel` of a running job reaches its handler (`ctx.is_cancelled()`) within
+/// seconds, and the job is logged `canceled`.
+#[test]
+fn cancellation_reaches_a_running_handler() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let (started_tx, started_rx) = crossbeam_channel::unbounded();
+    let saw_cancel = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let saw_cancel = saw_cancel.clone();
+        Worker::builder(pool.clone())
+            .threads(2)
+            .entrypoint("slow", move |job, ctx| {
+                started_tx.send(job.id).unwrap();
+                let until = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < until {
+                    if ctx.is_cancelled() {
+                        saw_cancel.store(true, Ordering::SeqCst);
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(())
+            })
+            .build()
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    let id = queue.enqueue(NewJob::new("slow", Vec::new())).unwrap();
+    assert_eq!(started_rx.recv_timeout(Duration::from_secs(5)).unwrap(), id);
+    let sent = Instant::now();
+    assert_eq!(queue.cancel(&[id]).unwrap(), [id]);
+    eventually(
+        Duration::from_secs(3),
+        "the handler to see the cancellation",
+        || saw_cancel.load(Ordering::SeqCst),
+    );
+    eprintln!("cancellation reached the handler in {:?}", sent.elapsed());
+    let summary = worker.join().unwrap();
+    assert_eq!(summary.cancelled, 1);
+    assert_eq!(log_of(&mut client, id), ["queued", "picked", "canceled"]);
+}
+
+/// Shutdown with jobs in flight: no claim after the signal, running jobs finish, every
+/// thread joins, and nothing is left picked by this worker. With a deadline, handlers
+/// that watch `is_cancelled` are told to stop.
+#[test]
+fn shutdown_lets_running_jobs_finish_and_claims_nothing_more() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    queue
+        .enqueue_many(
+            &(0..8)
+                .map(|i| NewJob::new("sleep", vec![i]))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let started = started.clone();
+        Worker::builder(pool.clone())
+            .threads(4)
+            .batch_size(1)
+            .entrypoint("sleep", move |_job, _ctx| {
+                started.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(800));
+                Ok(())
+            })
+            .build()
+            .unwrap()
+    };
+    let stop = worker.shutdown_handle();
+    let running = worker.start().unwrap();
+    eventually(Duration::from_secs(5), "four jobs to start", || {
+        started.load(Ordering::SeqCst) == 4
+    });
+    let asked = Instant::now();
+    stop.shutdown();
+    let summary = running.wait().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "shutdown took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(summary.succeeded, 4);
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        4,
+        "a job started after shutdown"
+    );
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
+        ),
+        0
+    );
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE status = 'queued'"
+        ),
+        4
+    );
+
+    // A deadline makes handlers that watch for it stop early.
+    let worker = Worker::builder(pool)
+        .threads(2)
+        .shutdown_deadline(Duration::from_millis(200))
+        .entrypoint("sleep", |_job, ctx| {
+            let until = Instant::now() + Duration::from_secs(30);
+            while !ctx.is_cancelled() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let stop = worker.shutdown_handle();
+    let running = worker.start().unwrap();
+    eventually(Duration::from_secs(5), "jobs to be picked", || {
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE status = 'picked'",
+        ) == 2
+    });
+    let asked = Instant::now();
+    stop.shutdown();
+    running.wait().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "deadline shutdown took {:?}",
+        asked.elapsed()
+    );
+}
