@@ -176,6 +176,10 @@ pub fn slots_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Re
         .collect()
 }
 
+/// A [`limit_audit`] resolution that covers a commit or a short lock wait: overlaps of
+/// one slot's runs shorter than this are artefacts of when the log's times are taken.
+pub const AUDIT_RESOLUTION: Duration = Duration::from_millis(10);
+
 /// What [`limit_audit`] found in the log.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -402,24 +406,33 @@ pub fn queue_age<C: GenericClient>(client: &mut C, settings: &Settings) -> Resul
 /// `window`, computed from the log rows that PgQueuer's workers and ours write (each
 /// pick, and each job's next transition), next to the highest slot in use now.
 ///
-/// A limit held when `peak` never exceeds it. Times are those of the log rows, the start
-/// of each transaction, so overlaps are exact to that resolution: a worker's pick is
-/// logged when its claim began, and an outcome when its write began. The scan reads the
-/// window's log rows through the log's `created` index, and [`LimitAudit::rows_read`]
-/// says how many; rows already pruned ([`prune_log`]) are not seen.
+/// A limit held when `peak` never exceeds it. The log's times are those of the start of
+/// each statement: a pick is logged when its claim began, and a claim may wait there for
+/// another transaction's commit before it takes the slot that commit frees, while an
+/// outcome is logged before its commit frees the slot. Runs of one slot can therefore
+/// appear to overlap by the length of a commit or a lock wait; overlaps shorter than
+/// `resolution` are not counted ([`AUDIT_RESOLUTION`] is a good value). The scan reads
+/// the window's log rows through the log's `created` index, and
+/// [`LimitAudit::rows_read`] says how many; rows already pruned ([`prune_log`]) are not
+/// seen.
 ///
 /// # Errors
-/// [`Error::InvalidInput`] naming `window` when it does not fit an interval;
-/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+/// [`Error::InvalidInput`] naming `window` or `resolution` when it does not fit an
+/// interval; [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
 pub fn limit_audit<C: GenericClient>(
     client: &mut C,
     settings: &Settings,
     window: Duration,
     entrypoint: Option<&str>,
+    resolution: Duration,
 ) -> Result<LimitAudit> {
     settings.validate()?;
     let window_us = micros_of("window", window)?;
-    let rows = client.query(&sql::log_limit_audit(settings), &[&window_us, &entrypoint])?;
+    let resolution_us = micros_of("resolution", resolution)?;
+    let rows = client.query(
+        &sql::log_limit_audit(settings),
+        &[&window_us, &entrypoint, &resolution_us],
+    )?;
     let Some(first) = rows.first() else {
         let count: i64 = client
             .query_one(&sql::log_count_since(settings), &[&window_us, &entrypoint])?

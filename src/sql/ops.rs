@@ -103,7 +103,8 @@ pub(crate) fn queue_select_stale(s: &Settings) -> String {
 
 /// The limit audit: per entrypoint (all, or `$2 text` alone), the most jobs picked at
 /// the same instant over the last `$1` microseconds, read from the log rows of that
-/// window (the `created` index bounds the scan).
+/// window (the `created` index bounds the scan), with each run's end moved `$3`
+/// microseconds earlier (the resolution: overlaps shorter than it are not counted).
 ///
 /// Each `picked` row opens a run of its job that lasts until the job's next log row (its
 /// outcome, a `queued` retry, or a `picked` re-pick after a crash, which keeps the slot);
@@ -141,7 +142,7 @@ runs AS (
 events AS (
     SELECT entrypoint, t0 AS t, 1 AS d FROM runs
     UNION ALL
-    SELECT entrypoint, t1, -1 FROM runs
+    SELECT entrypoint, greatest(t0, t1 - {resolution}), -1 FROM runs
 ),
 sweep AS (
     SELECT entrypoint, t,
@@ -159,7 +160,8 @@ SELECT p.entrypoint, p.peak::bigint AS peak, p.peak_at,
        (SELECT slot FROM {queue} q WHERE q.entrypoint = p.entrypoint AND q.status = 'picked'::{status}
            AND q.slot IS NOT NULL ORDER BY q.slot DESC LIMIT 1) AS highest_slot
   FROM peaks p ORDER BY p.entrypoint",
-        window = micros_interval("$1")
+        window = micros_interval("$1"),
+        resolution = micros_interval("$3")
     )
 }
 

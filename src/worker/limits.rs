@@ -34,7 +34,9 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 /// The limited entrypoints of a worker and what was last seen of their slots.
 pub(crate) struct LimitWatch {
     watched: Vec<Watched>,
-    /// Some entrypoint is paused (so claims must leave it out).
+    /// Some entrypoint is paused (so claims must leave it out). Until the first look at
+    /// the slots, every entrypoint that opted in counts as paused: a worker must not take
+    /// a slot beside a larger limit it has not looked for yet.
     any_paused: AtomicBool,
 }
 
@@ -46,7 +48,6 @@ struct Watched {
     seen: Mutex<Seen>,
 }
 
-#[derive(Default)]
 struct Seen {
     /// The highest slot in use at the last look, if any.
     highest_slot: Option<i64>,
@@ -54,8 +55,11 @@ struct Seen {
     held: u64,
     /// When the last warning about this entrypoint was logged.
     warned: Option<Instant>,
-    /// A larger limit elsewhere was evident at the last look.
+    /// A larger limit elsewhere was evident at the last look (or nothing has been
+    /// looked at yet, for an entrypoint that opted in to pausing).
     larger: bool,
+    /// The slots have been looked at.
+    looked: bool,
 }
 
 /// What the watch knows of one limited entrypoint (part of [`crate::WorkerStats`]).
@@ -80,7 +84,7 @@ pub struct LimitStats {
 
 impl LimitWatch {
     pub(crate) fn new(registry: &Registry) -> LimitWatch {
-        let watched = registry
+        let watched: Vec<Watched> = registry
             .order
             .iter()
             .filter_map(|name| {
@@ -89,13 +93,20 @@ impl LimitWatch {
                     entrypoint: name.clone(),
                     limit: options.concurrency_limit,
                     pause_on_larger: options.pause_on_larger_limit,
-                    seen: Mutex::new(Seen::default()),
+                    seen: Mutex::new(Seen {
+                        highest_slot: None,
+                        held: 0,
+                        warned: None,
+                        larger: options.pause_on_larger_limit,
+                        looked: false,
+                    }),
                 })
             })
             .collect();
+        let opted_in = watched.iter().any(|w| w.pause_on_larger);
         LimitWatch {
             watched,
-            any_paused: AtomicBool::new(false),
+            any_paused: AtomicBool::new(opted_in),
         }
     }
 
@@ -134,7 +145,7 @@ impl LimitWatch {
                         ""
                     }
                 );
-            } else if !larger && seen.larger {
+            } else if !larger && seen.larger && seen.looked {
                 log::info!(
                     "pgqueuer: entrypoint {:?}: no slot at or above this worker's limit of {} \
                      is held any more{}",
@@ -148,6 +159,7 @@ impl LimitWatch {
                 );
             }
             seen.larger = larger;
+            seen.looked = true;
             any_paused |= larger && w.pause_on_larger;
         }
         self.any_paused.store(any_paused, Ordering::SeqCst);
@@ -183,7 +195,7 @@ impl LimitWatch {
                     limit: w.limit,
                     highest_slot: seen.highest_slot,
                     held_slots: seen.held,
-                    larger_limit_elsewhere: seen.larger,
+                    larger_limit_elsewhere: seen.larger && seen.looked,
                     paused: seen.larger && w.pause_on_larger,
                 }
             })

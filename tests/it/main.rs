@@ -8,6 +8,7 @@ mod cli;
 mod connect;
 mod faults;
 mod harness;
+mod limits;
 mod ops;
 mod proxy;
 mod queue;

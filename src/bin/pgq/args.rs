@@ -285,6 +285,11 @@ pub(crate) enum Command {
         since: Duration,
         /// Only this entrypoint.
         entrypoint: Option<String>,
+        /// Overlaps shorter than this are not counted: the log times each transition when
+        /// its statement starts, and a claim may wait there for the commit that frees its
+        /// slot.
+        #[arg(long, value_parser = parse_seconds, default_value = "0.01", value_name = "SECONDS")]
+        resolution: Duration,
         /// One JSON object.
         #[arg(long)]
         json: bool,

@@ -177,8 +177,9 @@ fn run(ctx: &Context, command: Command) -> Outcome {
         Command::Audit {
             since,
             entrypoint,
+            resolution,
             json,
-        } => monitor::audit(ctx, since, entrypoint.as_deref(), json),
+        } => monitor::audit(ctx, since, entrypoint.as_deref(), resolution, json),
         Command::Stale {
             threshold,
             limit,

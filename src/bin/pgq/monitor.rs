@@ -513,10 +513,11 @@ pub(crate) fn audit(
     ctx: &Context,
     since: Duration,
     entrypoint: Option<&str>,
+    resolution: Duration,
     json: bool,
 ) -> Outcome {
     let mut conn = ctx.connect()?;
-    let audit = ops::limit_audit(&mut *conn, &ctx.settings, since, entrypoint)?;
+    let audit = ops::limit_audit(&mut *conn, &ctx.settings, since, entrypoint, resolution)?;
     if json {
         println!(
             "{}",
@@ -535,9 +536,11 @@ pub(crate) fn audit(
         return Ok(());
     }
     println!(
-        "Limit audit of the log since {} UTC ({} log rows read):",
+        "Limit audit of the log since {} UTC ({} log rows read; overlaps under {} not \
+         counted):",
         short(audit.since),
-        audit.rows_read
+        audit.rows_read,
+        format_span(resolution)
     );
     if audit.entrypoints.is_empty() {
         println!("  (no job was picked in the window)");

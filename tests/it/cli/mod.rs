@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::harness::TestDb;
 
 mod jobs;
+mod limits;
 mod maintenance;
 mod monitoring;
 mod schedules;

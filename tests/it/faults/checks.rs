@@ -150,6 +150,56 @@ pub fn assert_limits(max: &BTreeMap<String, i64>, limits: &[(&str, u32)]) {
     }
 }
 
+/// The limit audit over the last `window` agrees with the recorded runs: for each
+/// limited entrypoint, the most jobs picked at once (from the log) is at most its limit
+/// and at least the most handlers that overlapped (`max`, from [`max_overlap`]); a job
+/// is picked a little before its handler starts and until its outcome is written, so
+/// the two are equal whenever the handlers reached the limit.
+#[track_caller]
+pub fn assert_audit(
+    client: &mut Client,
+    window: Duration,
+    max: &BTreeMap<String, i64>,
+    limits: &[(&str, u32)],
+) {
+    let audit = pgqueuer::ops::limit_audit(
+        client,
+        &pgqueuer::Settings::default(),
+        window,
+        None,
+        pgqueuer::ops::AUDIT_RESOLUTION,
+    )
+    .expect("the limit audit");
+    eprintln!(
+        "audit: {} log rows read, peaks {:?}",
+        audit.rows_read,
+        audit
+            .entrypoints
+            .iter()
+            .map(|e| (e.entrypoint.as_str(), e.peak))
+            .collect::<Vec<_>>()
+    );
+    for (ep, limit) in limits {
+        if *limit == 0 {
+            continue;
+        }
+        let picked = audit
+            .entrypoints
+            .iter()
+            .find(|e| e.entrypoint == *ep)
+            .map_or(0, |e| i64::try_from(e.peak).unwrap());
+        let handlers = max.get(*ep).copied().unwrap_or(0);
+        assert!(
+            picked <= i64::from(*limit),
+            "{ep}: the audit saw {picked} picked at once, limit {limit}"
+        );
+        assert!(
+            handlers <= picked,
+            "{ep}: {handlers} handlers overlapped but the audit saw only {picked} picked"
+        );
+    }
+}
+
 /// A producer thread enqueueing a few jobs every `every` until stopped, retrying each
 /// batch through failures (the same `Queue` throughout: no restart).
 pub struct Producer {

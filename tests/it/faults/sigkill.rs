@@ -7,7 +7,8 @@ use pgqueuer::postgres::Client;
 use pgqueuer::{JobId, Queue};
 
 use super::checks::{
-    RUNS_DDL, assert_limits, count, enqueue_plan, max_overlap, outcomes, successful, wait_all_done,
+    RUNS_DDL, assert_audit, assert_limits, count, enqueue_plan, max_overlap, outcomes, successful,
+    wait_all_done,
 };
 use super::process::{Proc, assert_running, spawn_fleet, terminate_all, worker_args};
 use super::summary::{Row, concurrency, report};
@@ -68,6 +69,12 @@ fn sigkilled_workers_lose_no_job_and_limits_hold() {
     let elapsed = started.elapsed();
     assert_running(&mut procs);
     let max = max_overlap(&mut client);
+    assert_audit(
+        &mut client,
+        elapsed + Duration::from_secs(60),
+        &max,
+        &limits,
+    );
     let done = outcomes(&mut client, &ids);
     let runs: i64 = scalar(&mut client, "SELECT count(*) FROM pgqueuer_example_runs");
     let distinct: i64 = scalar(

@@ -64,6 +64,19 @@ fn a_mixed_fleet_keeps_the_limit_and_runs_every_job_once() {
         "{max_running} handlers overlapped under a limit of {LIMIT}"
     );
     assert_eq!(max_running, i64::from(LIMIT), "the limit was never reached");
+    // The audit of the log both kinds of worker wrote agrees: the limit, never more.
+    let audit = pgqueuer::ops::limit_audit(
+        &mut client,
+        &pgqueuer::Settings::default(),
+        elapsed + Duration::from_secs(60),
+        Some("shared"),
+        pgqueuer::ops::AUDIT_RESOLUTION,
+    )
+    .unwrap();
+    eprintln!("mixed fleet: audit {audit:?}");
+    assert_eq!(audit.entrypoints.len(), 1);
+    assert_eq!(audit.entrypoints[0].peak, u64::from(LIMIT));
+    assert!(audit.entrypoints[0].runs >= u64::try_from(JOBS).unwrap());
     for name in ["py-1", "py-2", "rs-1", "rs-2"] {
         assert!(
             per_worker.get(name).copied().unwrap_or(0) > 0,
