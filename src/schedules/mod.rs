@@ -3,7 +3,7 @@
 //! `pgq schedules --remove` does).
 //!
 //! Rows are written by schedulers, Python's `SchedulerManager` and this crate's
-//! [`Scheduler`](crate::Scheduler) alike; one row per `(entrypoint, expression)`.
+//! [`Scheduler`] alike; one row per `(entrypoint, expression)`.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgqueuer::Error> {
