@@ -38,6 +38,22 @@ pub struct Claim {
     /// owned by this worker, now deleted or held, with their log row). Empty otherwise,
     /// and after a lost race, which writes nothing.
     pub ended: Vec<JobId>,
+    /// How the race was lost, when [`Claim::lost_race`] is set.
+    pub lost: Option<LostRace>,
+}
+
+/// How a claim lost a race ([`Claim::lost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostRace {
+    /// A concurrent claim took the same concurrency slot (23505 on the slot index): the
+    /// claim came back empty.
+    Slot,
+    /// The claim was a deadlock victim (40P01) and came back empty.
+    Deadlock,
+    /// Candidates of a limited entrypoint were locked or taken by a concurrent claim: the
+    /// claim may hold fewer jobs than it could have.
+    Contended,
 }
 
 /// How a claimed job ended, for [`Claimer::complete`].
@@ -376,7 +392,10 @@ impl Claimer {
                 for (i, row) in rows.iter().enumerate() {
                     if self.capacity_gated {
                         let contended: i64 = row.try_get("contended")?;
-                        claim.lost_race |= contended > 0;
+                        if contended > 0 {
+                            claim.lost_race = true;
+                            claim.lost = Some(LostRace::Contended);
+                        }
                     }
                     if ending.is_some() && i == 0 {
                         claim.ended = row.try_get("ended")?;
@@ -392,6 +411,11 @@ impl Claimer {
                     log::trace!("claim lost a race ({kind:?}); reporting an empty batch");
                     Ok(Claim {
                         lost_race: true,
+                        lost: Some(if kind == ErrorKind::Deadlock {
+                            LostRace::Deadlock
+                        } else {
+                            LostRace::Slot
+                        }),
                         ..Claim::default()
                     })
                 }

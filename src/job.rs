@@ -130,6 +130,15 @@ impl Job {
         })
     }
 
+    /// The OpenTelemetry trace context the job carries: the `otel` object of its headers,
+    /// where PgQueuer's `OpenTelemetryTracing` (and this crate's `opentelemetry`
+    /// feature) puts the W3C `traceparent` and `tracestate` of the span that enqueued it.
+    /// `None` when there is none. With the feature off, this is how a handler continues
+    /// the trace with a tracer of its own choosing.
+    pub fn trace_carrier(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        self.headers.as_ref()?.get("otel")?.as_object()
+    }
+
     /// The payload as UTF-8 text, if it is some and valid UTF-8.
     pub fn payload_str(&self) -> Option<&str> {
         self.payload

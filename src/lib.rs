@@ -52,9 +52,19 @@
 //!
 //! # Consuming
 //!
-//! [`Worker`] runs handlers on a fixed pool of threads, each claiming with the
-//! slot-claiming dequeue ([`Claimer`]), woken by one dedicated LISTEN connection; a
-//! [`ShutdownHandle`] stops it from any thread.
+//! [`Worker`] runs handlers on a fixed pool of threads, for which one dispatcher claims
+//! with the slot-claiming dequeue ([`Claimer`]), woken by one dedicated LISTEN
+//! connection; a [`ShutdownHandle`] stops it from any thread.
+//!
+//! # Seeing into it
+//!
+//! [`StatsHandle::snapshot`] gives a worker's figures ([`WorkerStats`]) to any thread.
+//! Feature `metrics` records the same through the `metrics` facade, for whatever
+//! recorder the program installs before building the worker; feature `opentelemetry`
+//! carries trace context through job headers as PgQueuer does, so that a job's
+//! `process` span continues the trace that enqueued it, from Python or Rust
+//! ([`Job::trace_carrier`] gives the raw context without the feature). The README has
+//! the metric names.
 //!
 //! # Operating
 //!
@@ -86,10 +96,11 @@ mod settings;
 mod shutdown;
 mod sql;
 mod sqlstate;
+mod telemetry;
 mod time;
 mod worker;
 
-pub use claim::{Claim, Claimer, ClaimerBuilder, Outcome};
+pub use claim::{Claim, Claimer, ClaimerBuilder, LostRace, Outcome};
 pub use connect::{
     Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_one, connect_with,
 };
@@ -107,9 +118,9 @@ pub use schema::{
 pub use settings::{Durability, Settings};
 pub use shutdown::ShutdownHandle;
 pub use worker::{
-    BoxError, Context, EntrypointOptions, FencingToken, HandlerResult, JobError, LimitStats,
-    OnFailure, Retry, RetryPolicy, RunSummary, RunningWorker, StatsHandle, Worker, WorkerBuilder,
-    WorkerStats,
+    BoxError, Context, EntrypointOptions, EntrypointStats, FencingToken, HandlerResult, JobError,
+    LimitStats, OnFailure, Retry, RetryPolicy, RunSummary, RunningWorker, StatsHandle, TimingStats,
+    Worker, WorkerBuilder, WorkerStats,
 };
 
 /// Re-exported so users need not match versions by hand.

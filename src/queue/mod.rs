@@ -25,6 +25,7 @@ use crate::job::{FailedJob, Failure, Job, JobId, LogEntry, Status, status_of};
 use crate::settings::Settings;
 use crate::sql::queue::{CHANNEL_NOTIFY_MANY, QueueSql};
 use crate::sqlstate::{self, ErrorKind};
+use crate::telemetry;
 use new_job::Columns;
 
 /// What an enqueue does with a job whose dedupe key is already held by a queued or
@@ -154,7 +155,7 @@ impl Queue {
         let jobs = std::slice::from_ref(job.borrow());
         // Check the input before taking a connection.
         let columns = Columns::build(jobs, OnConflict::Raise, true)?;
-        single_id(self.insert(&mut *self.pool.get()?, OnConflict::Raise, jobs, &columns)?)
+        single_id(self.insert(&mut *self.pool.get()?, OnConflict::Raise, jobs, columns)?)
     }
 
     /// Enqueues a batch in one statement (with its `queued` log rows); returns the ids in
@@ -187,7 +188,7 @@ impl Queue {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        self.insert(&mut *self.pool.get()?, on_conflict, jobs, &columns)
+        self.insert(&mut *self.pool.get()?, on_conflict, jobs, columns)
     }
 
     /// The enqueue methods on a client the caller holds:
@@ -357,9 +358,23 @@ impl Queue {
         self.job_statuses_within(ids, None)
     }
 
-    /// Runs the insert of checked input on `client` and puts each returned id at its
-    /// input position.
+    /// Runs the insert of checked input on `client` (inside its trace spans, see
+    /// `telemetry`) and puts each returned id at its input position.
     fn insert<C: EnqueueTarget + ?Sized>(
+        &self,
+        client: &mut C,
+        conflict: OnConflict,
+        jobs: &[NewJob],
+        mut columns: Columns<'_>,
+    ) -> Result<Vec<Option<JobId>>> {
+        let publish = telemetry::publish(&columns.entrypoints);
+        columns.add_trace(jobs, &publish);
+        let result = self.insert_columns(client, conflict, jobs, &columns);
+        publish.finish(&result);
+        result
+    }
+
+    fn insert_columns<C: EnqueueTarget + ?Sized>(
         &self,
         client: &mut C,
         conflict: OnConflict,
@@ -473,7 +488,7 @@ impl<C: EnqueueTarget + ?Sized> QueueOn<'_, C> {
         let columns = Columns::build(jobs, OnConflict::Raise, true)?;
         single_id(
             self.queue
-                .insert(self.client, OnConflict::Raise, jobs, &columns)?,
+                .insert(self.client, OnConflict::Raise, jobs, columns)?,
         )
     }
 
@@ -498,7 +513,7 @@ impl<C: EnqueueTarget + ?Sized> QueueOn<'_, C> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        self.queue.insert(self.client, on_conflict, jobs, &columns)
+        self.queue.insert(self.client, on_conflict, jobs, columns)
     }
 }
 

@@ -5,11 +5,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::{OnConflict, Queue};
 use crate::error::{Error, Result};
 use crate::job::{MAX_ENTRYPOINT_BYTES, check_entrypoint, check_text};
+use crate::telemetry::Publish;
 
 /// A fixed per-row allowance for the array overhead of a batch row, counted against
 /// [`Queue::MAX_BATCH_BYTES`].
@@ -262,6 +263,26 @@ impl<'a> Columns<'a> {
             columns.headers.push(headers);
         }
         Ok(columns)
+    }
+}
+
+impl Columns<'_> {
+    /// Puts each job's trace carrier (see `telemetry`) in its headers under `otel`,
+    /// over any `otel` header of its own, as PgQueuer merges them.
+    pub(super) fn add_trace(&mut self, jobs: &[NewJob], publish: &Publish) {
+        if publish.is_empty() {
+            return;
+        }
+        for (i, job) in jobs.iter().enumerate() {
+            if let Some(carrier) = publish.carrier(i) {
+                let mut headers = match &job.headers {
+                    Some(Value::Object(map)) => map.clone(),
+                    _ => Map::new(),
+                };
+                headers.insert("otel".to_owned(), Value::Object(carrier.clone()));
+                self.headers[i] = Value::Object(headers).to_string();
+            }
+        }
     }
 }
 

@@ -18,8 +18,7 @@ use crate::shutdown::ShutdownHandle;
 
 use super::Worker;
 use super::entrypoint::{Context, EntrypointOptions, Handler, HandlerResult, Registry};
-use super::limits::LimitWatch;
-use super::stats::{Counters, Stats};
+use super::stats::Stats;
 
 /// Pool connections a worker needs: one for claims, one for heartbeats, one for writing
 /// outcomes (the listener opens its own, outside the pool).
@@ -281,10 +280,7 @@ impl WorkerBuilder {
             self.registry.limits().iter().any(|(_, limit)| {
                 *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= o.threads)
             });
-        let stats = Arc::new(Stats {
-            counters: Counters::default(),
-            limits: LimitWatch::new(&self.registry),
-        });
+        let stats = Arc::new(Stats::new(&self.registry));
         Ok(Worker {
             stats,
             config: Arc::new(WorkerConfig {

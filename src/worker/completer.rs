@@ -31,6 +31,8 @@ use crate::shutdown::ShutdownHandle;
 /// A job to put back in the queue after `delay`, logging `queued` with the reason.
 pub(crate) struct Requeue {
     pub(crate) id: JobId,
+    /// For the log line, should the retry not be written.
+    pub(crate) entrypoint: String,
     pub(crate) delay: Duration,
     pub(crate) traceback: serde_json::Value,
 }
@@ -194,10 +196,14 @@ impl Writer<'_> {
         if let Some(written) = self.persist("outcomes", |claimer, c| claimer.complete(c, ends)) {
             log::trace!("completed {} jobs in one statement", ends.len());
             if written.len() < ends.len() {
-                log::info!(
-                    "{} finished jobs were no longer held by this worker (cancelled or re-picked)",
-                    ends.len() - written.len()
-                );
+                for o in ends.iter().filter(|o| !written.contains(&o.id)) {
+                    log::info!(
+                        "job {} finished but was no longer held by this worker (cancelled or \
+                         re-picked); its outcome {} was not written",
+                        o.id,
+                        o.status.as_str()
+                    );
+                }
             }
         }
         self.running.remove(ends.iter().map(|o| o.id));
@@ -208,7 +214,11 @@ impl Writer<'_> {
             claimer.retry(c, r.id, r.delay, &r.traceback)
         });
         if owned == Some(false) {
-            log::warn!("job {} was no longer ours when its retry was written", r.id);
+            log::warn!(
+                "job {} ({}) was no longer held by this worker when its retry was written",
+                r.id,
+                r.entrypoint
+            );
         }
         self.running.remove([r.id]);
     }

@@ -25,7 +25,8 @@ use super::limits::LimitWatch;
 use super::state::{
     ConnSlot, Doorbell, Handoff, Idle, Jitter, Running, Wake, sleep_unless_shutdown,
 };
-use crate::claim::Claim;
+use super::stats::{Lost, Stats};
+use crate::claim::{Claim, LostRace};
 use crate::shutdown::ShutdownHandle;
 
 /// Shortest idle wait when work is known to be queued but could not be claimed (limits
@@ -53,6 +54,8 @@ pub(crate) struct Dispatcher<'a> {
     pub(crate) outcomes: &'a Outcomes,
     /// Which limited entrypoints are paused (a larger limit elsewhere, see `limits`).
     pub(crate) limits: &'a LimitWatch,
+    /// Where each claim is counted.
+    pub(crate) stats: &'a Stats,
     pub(crate) shutdown: &'a ShutdownHandle,
     /// Drain mode: stop once nothing is queued for our entrypoints and nothing runs.
     pub(crate) drain: bool,
@@ -239,6 +242,7 @@ impl Dispatcher<'_> {
         } else {
             Vec::new()
         };
+        let started = Instant::now();
         let claimed = match self.limits.claimer(&config.claimer) {
             Some(claimer) => conn.run(|c| claimer.complete_and_claim(c, &outcomes, take)),
             // Every entrypoint is paused: write the outcomes alone, claim nothing.
@@ -253,6 +257,20 @@ impl Dispatcher<'_> {
         self.outcomes.after_claim(outcomes, written, self.running);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         self.idle.release(take - taken);
+        if let Ok(claim) = &claimed {
+            let lost = match claim.lost {
+                Some(LostRace::Slot) => Some(Lost::SlotRace),
+                Some(LostRace::Deadlock) => Some(Lost::Deadlock),
+                _ => None,
+            };
+            self.stats.claimed(
+                started.elapsed(),
+                claim.jobs.iter().map(|j| j.entrypoint.as_str()),
+                lost,
+            );
+            self.stats
+                .load(self.running.len() + taken, self.idle.free());
+        }
         if let Ok(claim) = &claimed {
             self.second.batch_bound.store(
                 config.lanes > 1 && taken == take && take == config.batch_size,

@@ -3,7 +3,6 @@
 //! They claim nothing and write nothing themselves.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Receiver;
@@ -13,10 +12,11 @@ use super::completer::{Outcomes, Requeue};
 use super::deadlines::{Armed, Deadlines};
 use super::entrypoint::{Context, JobError, OnFailure};
 use super::state::{Doorbell, Handoff, Idle, Jitter, Running, Wake};
-use super::stats::Counters;
+use super::stats::Stats;
 use crate::claim::Outcome;
 use crate::error::chain;
 use crate::job::{Job, Status};
+use crate::telemetry;
 use crate::time::{TimeStyle, format_time, python_timedelta};
 
 /// What one executor thread uses.
@@ -27,7 +27,7 @@ pub(crate) struct Executor<'a> {
     pub(crate) doorbell: &'a Doorbell,
     pub(crate) running: &'a Running,
     pub(crate) outcomes: &'a Outcomes,
-    pub(crate) counters: &'a Counters,
+    pub(crate) stats: &'a Stats,
     /// Disconnects once the dispatcher has stopped: no job can be handed over any more.
     pub(crate) dispatching: &'a Receiver<()>,
     /// Where jobs with a timeout are registered (`None`: no entrypoint has one).
@@ -36,10 +36,26 @@ pub(crate) struct Executor<'a> {
 
 /// How a job ended, as the executor reports it.
 enum Verdict {
-    /// Delete (or hold, for `Failed`) with a log row.
-    End(Status, Option<serde_json::Value>),
-    /// Put back in the queue.
-    Requeue(Duration, serde_json::Value),
+    /// Delete (or hold, for `Failed`) with a log row, and a traceback after a failure.
+    End(Status, Option<Failure>),
+    /// Put back in the queue after `delay`, with the failure (and the reason given) for
+    /// the log's traceback.
+    Requeue {
+        delay: Duration,
+        failure: Failure,
+        reason: Option<String>,
+    },
+}
+
+impl Verdict {
+    /// The failure's type and message, for the trace span's status.
+    fn failure(&self) -> Option<(&str, &str)> {
+        match self {
+            Verdict::End(_, failure) => failure.as_ref(),
+            Verdict::Requeue { failure, .. } => Some(failure),
+        }
+        .map(|f| (f.type_name, f.message.as_str()))
+    }
 }
 
 impl Executor<'_> {
@@ -61,20 +77,34 @@ impl Executor<'_> {
         }
     }
 
-    /// Runs one job, reports its outcome and frees this thread.
+    /// Runs one job (in its trace span, when it carries a trace context), reports its
+    /// outcome and frees this thread.
     fn execute(&self, job: &Job, rng: &mut Jitter) {
-        let verdict = self.verdict(job, rng);
+        let span = telemetry::process(job);
+        let verdict = span.run(|| self.verdict(job, rng));
+        span.finish(verdict.failure());
         match verdict {
-            Verdict::End(status, traceback) => self.outcomes.finished(Outcome {
-                id: job.id,
-                status,
-                traceback,
-            }),
-            Verdict::Requeue(delay, traceback) => self.outcomes.requeue(Requeue {
-                id: job.id,
+            Verdict::End(status, failure) => {
+                self.stats.ended(&job.entrypoint, status);
+                self.outcomes.finished(Outcome {
+                    id: job.id,
+                    status,
+                    traceback: failure.map(|f| self.traceback_json(job, &f, None)),
+                });
+            }
+            Verdict::Requeue {
                 delay,
-                traceback,
-            }),
+                failure,
+                reason,
+            } => {
+                self.stats.retried(&job.entrypoint);
+                self.outcomes.requeue(Requeue {
+                    id: job.id,
+                    entrypoint: job.entrypoint.clone(),
+                    delay,
+                    traceback: self.traceback_json(job, &failure, Some((delay, reason.as_deref()))),
+                });
+            }
         }
         self.idle.release(1);
         self.doorbell.ring_if_wanted(Wake::Outcomes);
@@ -84,11 +114,7 @@ impl Executor<'_> {
     /// Runs the handler and decides the job's outcome.
     fn verdict(&self, job: &Job, rng: &mut Jitter) -> Verdict {
         let config = self.config;
-        let counters = self.counters;
-        let canceled = || {
-            counters.cancelled.fetch_add(1, Ordering::Relaxed);
-            Verdict::End(Status::Canceled, None)
-        };
+        let canceled = || Verdict::End(Status::Canceled, None);
         let stop = self.running.stop_of(job.id).unwrap_or_default();
         let Some(entry) = config.registry.by_name.get(&job.entrypoint) else {
             // Cannot happen: the claim only takes our entrypoints.
@@ -116,18 +142,25 @@ impl Executor<'_> {
             picked_at: job.updated,
         };
         log::trace!("running job {} ({})", job.id, job.entrypoint);
+        let due = job.created.max(job.execute_after);
+        let waited = SystemTime::now().duration_since(due).unwrap_or_default();
+        self.stats.started(&job.entrypoint, waited);
         let result = catch_unwind(AssertUnwindSafe(|| (entry.handler)(job, &ctx)));
         stop.end();
+        self.stats.ran(&job.entrypoint, started.elapsed());
         let failure = match result {
             Ok(Ok(())) => None,
             Ok(Err(JobError::Retry(retry))) => {
-                let reason = retry.reason.as_deref();
-                let failure = Failure {
-                    type_name: "RetryRequested",
-                    message: reason.unwrap_or_default().to_owned(),
-                    traceback: format!("retry requested: {}", reason.unwrap_or_default()),
+                let reason = retry.reason.as_deref().unwrap_or_default();
+                return Verdict::Requeue {
+                    delay: retry.delay,
+                    failure: Failure {
+                        type_name: "RetryRequested",
+                        message: reason.to_owned(),
+                        traceback: format!("retry requested: {reason}"),
+                    },
+                    reason: retry.reason,
                 };
-                return self.requeue(job, retry.delay, &failure, reason);
             }
             Ok(Err(JobError::Failed { error, type_name })) => Some(Failure {
                 type_name,
@@ -168,10 +201,7 @@ impl Executor<'_> {
                 }
             }
             (Some(failure), false) => failure,
-            (None, false) => {
-                counters.succeeded.fetch_add(1, Ordering::Relaxed);
-                return Verdict::End(Status::Successful, None);
-            }
+            (None, false) => return Verdict::End(Status::Successful, None),
         };
         if let Some(policy) = &entry.options.retry
             && let Some(delay) = policy.delay_for(job.attempts, rng.unit())
@@ -183,35 +213,24 @@ impl Executor<'_> {
                 failure.type_name,
                 failure.message
             );
-            let retried = Failure {
-                traceback: format!("retry requested: {}", failure.message),
-                ..failure
+            return Verdict::Requeue {
+                delay,
+                reason: Some(failure.message.clone()),
+                failure: Failure {
+                    traceback: format!("retry requested: {}", failure.message),
+                    ..failure
+                },
             };
-            let reason = retried.message.clone();
-            return self.requeue(job, delay, &retried, Some(&reason));
         }
         super::warn_always(format_args!(
             "job {} ({}) failed: {}: {}",
             job.id, job.entrypoint, failure.type_name, failure.traceback
         ));
-        counters.failed.fetch_add(1, Ordering::Relaxed);
         let status = match entry.options.on_failure {
             OnFailure::Delete => Status::Exception,
             OnFailure::Hold => Status::Failed,
         };
-        Verdict::End(status, Some(self.traceback_json(job, &failure, None)))
-    }
-
-    fn requeue(
-        &self,
-        job: &Job,
-        delay: Duration,
-        failure: &Failure,
-        reason: Option<&str>,
-    ) -> Verdict {
-        self.counters.retried.fetch_add(1, Ordering::Relaxed);
-        let traceback = self.traceback_json(job, failure, Some((delay, reason)));
-        Verdict::Requeue(delay, traceback)
+        Verdict::End(status, Some(failure))
     }
 
     /// PgQueuer's `TracebackRecord`: all six keys, which Python readers require.

@@ -8,16 +8,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::builder::WorkerConfig;
-use super::limits::{self, LimitWatch};
+use super::limits;
 use super::state::{ConnSlot, Running};
+use super::stats::Stats;
 
 /// Runs until every executor has exited (`alive` disconnects).
-pub(crate) fn run(
-    config: &WorkerConfig,
-    running: &Running,
-    limits: &LimitWatch,
-    alive: &Receiver<()>,
-) {
+pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive: &Receiver<()>) {
+    let limits = &stats.limits;
     let interval = config.heartbeat_interval();
     // After a failed beat, try again soon rather than a whole interval later.
     let retry = interval.min(Duration::from_secs(1));
@@ -37,8 +34,9 @@ pub(crate) fn run(
         let now = Instant::now();
         if !limits.is_empty() && now >= next_check {
             next_check = now + limits::CHECK_INTERVAL;
-            if let Err(e) = conn.run(|c| limits.check(c, &config.claimer)) {
-                log::warn!("pgqueuer could not read the slots in use: {e}");
+            match conn.run(|c| limits.check(c, &config.claimer)) {
+                Ok(()) => stats.slots_seen(),
+                Err(e) => log::warn!("pgqueuer could not read the slots in use: {e}"),
             }
         }
         if now < next_beat {

@@ -31,7 +31,7 @@ pub use entrypoint::{
     RetryPolicy,
 };
 pub use limits::LimitStats;
-pub use stats::{StatsHandle, WorkerStats};
+pub use stats::{EntrypointStats, StatsHandle, TimingStats, WorkerStats};
 
 use crate::connect::Pool;
 use crate::error::{Error, Result};
@@ -169,8 +169,8 @@ impl Worker {
         let handoff = Handoff::new(config.threads);
         let running = Running::default();
         let outcomes = Outcomes::new(config);
-        let counters = &self.stats.counters;
-        let limits = &self.stats.limits;
+        let stats = &*self.stats;
+        let limits = &stats.limits;
         let deadlines = config
             .registry
             .by_name
@@ -185,6 +185,7 @@ impl Worker {
             running: &running,
             outcomes: &outcomes,
             limits,
+            stats,
             shutdown,
             drain,
             second: SecondLane::default(),
@@ -235,7 +236,7 @@ impl Worker {
                     doorbell: &doorbell,
                     running: &running,
                     outcomes: &outcomes,
-                    counters,
+                    stats,
                     dispatching: &dispatching_rx,
                     deadlines: deadlines.as_ref(),
                 };
@@ -255,7 +256,7 @@ impl Worker {
                 listener::run(config, doorbell_ref, running_ref, alive);
             }));
             handles.push(spawn_named(scope, "pgqueuer-heartbeat".into(), move || {
-                heartbeat::run(config, running_ref, limits, alive);
+                heartbeat::run(config, running_ref, stats, alive);
             }));
             if let Some(deadlines) = &deadlines {
                 handles.push(spawn_named(scope, "pgqueuer-timeouts".into(), move || {
@@ -276,7 +277,7 @@ impl Worker {
             enforce_deadline(config, shutdown, &running, &alive_rx);
             handles.into_iter().filter_map(|h| h.join().err()).count()
         });
-        let summary = counters.summary();
+        let summary = stats.summary();
         log::info!(
             "pgqueuer worker {} stopped after {:?}: {summary:?}",
             config.claimer.worker_id(),

@@ -1,47 +1,460 @@
-//! What a worker can say about itself while it runs, for programs without a metrics
-//! stack: [`StatsHandle::snapshot`] returns a [`WorkerStats`].
+//! What a worker can say about itself. Every figure is recorded once, into a [`Count`],
+//! [`Timing`] or [`Level`] that keeps the worker's own value (read by
+//! [`StatsHandle::snapshot`], for programs without a metrics stack) and, with the
+//! `metrics` feature, forwards it to a handle of the `metrics` facade (for theirs; the
+//! README has the table of names).
+//!
+//! The facade's handles are registered once, when the worker is built, with whatever
+//! recorder is installed then (the global one, or a local one around `build()`): the
+//! per-job cost is then a call through a handle, which is a no-op without a recorder,
+//! instead of building a key with labels on every call.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::RunSummary;
+use super::entrypoint::Registry;
 use super::limits::{LimitStats, LimitWatch};
+use crate::job::Status;
 
-/// A worker's shared figures: written by its threads, read by [`StatsHandle`].
-pub(crate) struct Stats {
-    pub(crate) counters: Counters,
-    pub(crate) limits: LimitWatch,
+/// The metric names the `metrics` feature records (the README has them in a table).
+pub(crate) mod names {
+    pub(crate) const CLAIMS: &str = "pgqueuer_claims_total";
+    pub(crate) const CLAIM_DURATION: &str = "pgqueuer_claim_duration_seconds";
+    pub(crate) const JOBS_CLAIMED: &str = "pgqueuer_jobs_claimed_total";
+    pub(crate) const JOBS_ENDED: &str = "pgqueuer_jobs_ended_total";
+    pub(crate) const JOBS_RETRIED: &str = "pgqueuer_jobs_retried_total";
+    pub(crate) const SLOT_RACES_LOST: &str = "pgqueuer_slot_races_lost_total";
+    pub(crate) const DEADLOCKS_RETRIED: &str = "pgqueuer_deadlocks_retried_total";
+    pub(crate) const HANDLER_DURATION: &str = "pgqueuer_handler_duration_seconds";
+    pub(crate) const START_LATENCY: &str = "pgqueuer_start_latency_seconds";
+    pub(crate) const JOBS_RUNNING: &str = "pgqueuer_jobs_running";
+    pub(crate) const THREADS_IDLE: &str = "pgqueuer_threads_idle";
+    pub(crate) const SLOTS_HELD: &str = "pgqueuer_slots_held";
 }
 
-/// Counters of job outcomes, updated by executor threads.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) succeeded: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) retried: AtomicU64,
-    pub(crate) cancelled: AtomicU64,
+/// Labels of one figure: `entrypoint`, and `status` for ended jobs.
+type Labels<'a> = &'a [(&'static str, &'a str)];
+
+#[cfg(feature = "metrics")]
+fn facade_labels(labels: Labels<'_>) -> Vec<metrics::Label> {
+    labels
+        .iter()
+        .map(|&(k, v)| metrics::Label::new(k, v.to_owned()))
+        .collect()
 }
 
-impl Counters {
-    pub(crate) fn summary(&self) -> RunSummary {
-        RunSummary {
-            succeeded: self.succeeded.load(Ordering::Relaxed),
-            failed: self.failed.load(Ordering::Relaxed),
-            retried: self.retried.load(Ordering::Relaxed),
-            cancelled: self.cancelled.load(Ordering::Relaxed),
+/// A counter.
+struct Count {
+    value: AtomicU64,
+    #[cfg(feature = "metrics")]
+    handle: metrics::Counter,
+}
+
+impl Count {
+    fn new(name: &'static str, labels: Labels<'_>) -> Count {
+        #[cfg(not(feature = "metrics"))]
+        let _ = (name, labels);
+        Count {
+            value: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            handle: metrics::counter!(name, facade_labels(labels)),
+        }
+    }
+
+    fn add(&self, n: u64) {
+        self.value.fetch_add(n, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        self.handle.increment(n);
+    }
+
+    fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// A histogram of durations: the worker keeps its count, sum and maximum.
+struct Timing {
+    count: AtomicU64,
+    sum_us: AtomicU64,
+    max_us: AtomicU64,
+    #[cfg(feature = "metrics")]
+    handle: metrics::Histogram,
+}
+
+impl Timing {
+    fn new(name: &'static str, labels: Labels<'_>) -> Timing {
+        #[cfg(not(feature = "metrics"))]
+        let _ = (name, labels);
+        Timing {
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+            max_us: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            handle: metrics::histogram!(name, facade_labels(labels)),
+        }
+    }
+
+    fn record(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        self.handle.record(d.as_secs_f64());
+    }
+
+    fn snapshot(&self) -> TimingStats {
+        TimingStats {
+            count: self.count.load(Ordering::Relaxed),
+            sum: Duration::from_micros(self.sum_us.load(Ordering::Relaxed)),
+            max: Duration::from_micros(self.max_us.load(Ordering::Relaxed)),
         }
     }
 }
 
-/// A snapshot of a worker's figures (see [`StatsHandle`]).
+/// A gauge of a count of things, now.
+struct Level {
+    value: AtomicU64,
+    #[cfg(feature = "metrics")]
+    handle: metrics::Gauge,
+}
+
+impl Level {
+    fn new(name: &'static str, labels: Labels<'_>) -> Level {
+        #[cfg(not(feature = "metrics"))]
+        let _ = (name, labels);
+        Level {
+            value: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            handle: metrics::gauge!(name, facade_labels(labels)),
+        }
+    }
+
+    fn set(&self, n: u64) {
+        self.value.store(n, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            #[allow(clippy::cast_precision_loss)] // counts of jobs and threads
+            self.handle.set(n as f64);
+        }
+    }
+
+    fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// One entrypoint's figures.
+struct PerEntrypoint {
+    claimed: Count,
+    successful: Count,
+    exception: Count,
+    failed: Count,
+    canceled: Count,
+    retried: Count,
+    handler: Timing,
+    start_latency: Timing,
+    /// Limited entrypoints only.
+    slots_held: Option<Level>,
+}
+
+impl PerEntrypoint {
+    fn new(entrypoint: &str, limited: bool) -> PerEntrypoint {
+        let e = [("entrypoint", entrypoint)];
+        let ended = |status: Status| {
+            Count::new(
+                names::JOBS_ENDED,
+                &[("entrypoint", entrypoint), ("status", status.as_str())],
+            )
+        };
+        PerEntrypoint {
+            claimed: Count::new(names::JOBS_CLAIMED, &e),
+            successful: ended(Status::Successful),
+            exception: ended(Status::Exception),
+            failed: ended(Status::Failed),
+            canceled: ended(Status::Canceled),
+            retried: Count::new(names::JOBS_RETRIED, &e),
+            handler: Timing::new(names::HANDLER_DURATION, &e),
+            start_latency: Timing::new(names::START_LATENCY, &e),
+            slots_held: limited.then(|| Level::new(names::SLOTS_HELD, &e)),
+        }
+    }
+
+    fn ended(&self, status: Status) -> &Count {
+        match status {
+            Status::Successful => &self.successful,
+            Status::Canceled => &self.canceled,
+            Status::Failed => &self.failed,
+            _ => &self.exception,
+        }
+    }
+}
+
+/// How a claim that came back empty lost its race (for the counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// 23505 on the slot index: a concurrent claim took the same slot.
+    SlotRace,
+    /// 40P01: a deadlock victim, retried.
+    Deadlock,
+}
+
+/// A worker's shared figures: written by its threads, read by [`StatsHandle`].
+pub(crate) struct Stats {
+    pub(crate) limits: LimitWatch,
+    /// Per entrypoint, in registration order.
+    entrypoints: Vec<(String, PerEntrypoint)>,
+    index: HashMap<String, usize>,
+    claims: Count,
+    claim_duration: Timing,
+    races_lost: Count,
+    deadlocks: Count,
+    running: Level,
+    idle_threads: Level,
+}
+
+impl Stats {
+    pub(crate) fn new(registry: &Registry) -> Stats {
+        #[cfg(feature = "metrics")]
+        describe();
+        let limits = registry.limits();
+        let entrypoints: Vec<(String, PerEntrypoint)> = registry
+            .order
+            .iter()
+            .map(|name| {
+                let limited = limits.iter().any(|(e, limit)| e == name && *limit > 0);
+                (name.clone(), PerEntrypoint::new(name, limited))
+            })
+            .collect();
+        let index = entrypoints
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), i))
+            .collect();
+        Stats {
+            limits: LimitWatch::new(registry),
+            entrypoints,
+            index,
+            claims: Count::new(names::CLAIMS, &[]),
+            claim_duration: Timing::new(names::CLAIM_DURATION, &[]),
+            races_lost: Count::new(names::SLOT_RACES_LOST, &[]),
+            deadlocks: Count::new(names::DEADLOCKS_RETRIED, &[]),
+            running: Level::new(names::JOBS_RUNNING, &[]),
+            idle_threads: Level::new(names::THREADS_IDLE, &[]),
+        }
+    }
+
+    fn of(&self, entrypoint: &str) -> Option<&PerEntrypoint> {
+        self.index.get(entrypoint).map(|&i| &self.entrypoints[i].1)
+    }
+
+    /// A claim statement ran for `took` and took these jobs (possibly none).
+    pub(crate) fn claimed<'a>(
+        &self,
+        took: Duration,
+        entrypoints: impl Iterator<Item = &'a str>,
+        lost: Option<Lost>,
+    ) {
+        self.claims.add(1);
+        self.claim_duration.record(took);
+        for entrypoint in entrypoints {
+            if let Some(e) = self.of(entrypoint) {
+                e.claimed.add(1);
+            }
+        }
+        match lost {
+            Some(Lost::SlotRace) => self.races_lost.add(1),
+            Some(Lost::Deadlock) => self.deadlocks.add(1),
+            None => {}
+        }
+    }
+
+    /// A handler started `waited` after its job became due.
+    pub(crate) fn started(&self, entrypoint: &str, waited: Duration) {
+        if let Some(e) = self.of(entrypoint) {
+            e.start_latency.record(waited);
+        }
+    }
+
+    /// A handler returned after `took`.
+    pub(crate) fn ran(&self, entrypoint: &str, took: Duration) {
+        if let Some(e) = self.of(entrypoint) {
+            e.handler.record(took);
+        }
+    }
+
+    /// A job ended with `status` (its outcome goes to the completer).
+    pub(crate) fn ended(&self, entrypoint: &str, status: Status) {
+        if let Some(e) = self.of(entrypoint) {
+            e.ended(status).add(1);
+        }
+    }
+
+    /// A job was put back in the queue to run again.
+    pub(crate) fn retried(&self, entrypoint: &str) {
+        if let Some(e) = self.of(entrypoint) {
+            e.retried.add(1);
+        }
+    }
+
+    /// How many jobs the worker holds and how many threads are idle, now.
+    pub(crate) fn load(&self, running: usize, idle: usize) {
+        self.running.set(running as u64);
+        self.idle_threads.set(idle as u64);
+    }
+
+    /// The limit watch has looked at the slots: publish those held per limited
+    /// entrypoint.
+    pub(crate) fn slots_seen(&self) {
+        for l in self.limits.stats() {
+            if let Some(level) = self.of(&l.entrypoint).and_then(|e| e.slots_held.as_ref()) {
+                level.set(l.held_slots);
+            }
+        }
+    }
+
+    /// Job outcomes so far, summed over the entrypoints.
+    pub(crate) fn summary(&self) -> RunSummary {
+        let mut summary = RunSummary::default();
+        for (_, e) in &self.entrypoints {
+            summary.succeeded += e.successful.get();
+            summary.failed += e.exception.get() + e.failed.get();
+            summary.retried += e.retried.get();
+            summary.cancelled += e.canceled.get();
+        }
+        summary
+    }
+}
+
+/// Gives every metric its unit and help text (Prometheus's `# HELP`).
+#[cfg(feature = "metrics")]
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(names::CLAIMS, Unit::Count, "Claim statements run.");
+    describe_histogram!(
+        names::CLAIM_DURATION,
+        Unit::Seconds,
+        "Run time of each claim statement (with the outcomes folded into it)."
+    );
+    describe_counter!(names::JOBS_CLAIMED, Unit::Count, "Jobs claimed.");
+    describe_counter!(
+        names::JOBS_ENDED,
+        Unit::Count,
+        "Jobs ended, by final status."
+    );
+    describe_counter!(
+        names::JOBS_RETRIED,
+        Unit::Count,
+        "Jobs put back in the queue to run again."
+    );
+    describe_counter!(
+        names::SLOT_RACES_LOST,
+        Unit::Count,
+        "Claims that lost a concurrency-slot race (23505) and came back empty."
+    );
+    describe_counter!(
+        names::DEADLOCKS_RETRIED,
+        Unit::Count,
+        "Claims that were deadlock victims (40P01) and came back empty."
+    );
+    describe_histogram!(
+        names::HANDLER_DURATION,
+        Unit::Seconds,
+        "Run time of each handler."
+    );
+    describe_histogram!(
+        names::START_LATENCY,
+        Unit::Seconds,
+        "From when a job became due to its handler's start."
+    );
+    describe_gauge!(
+        names::JOBS_RUNNING,
+        Unit::Count,
+        "Jobs this worker holds (claimed, not yet written)."
+    );
+    describe_gauge!(
+        names::THREADS_IDLE,
+        Unit::Count,
+        "Executor threads idle and not promised a job."
+    );
+    describe_gauge!(
+        names::SLOTS_HELD,
+        Unit::Count,
+        "Concurrency slots held by every worker, at the last look."
+    );
+}
+
+/// A histogram's figures in a [`WorkerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TimingStats {
+    /// How many were recorded.
+    pub count: u64,
+    /// Their sum (to the microsecond).
+    pub sum: Duration,
+    /// The longest.
+    pub max: Duration,
+}
+
+/// One entrypoint's figures in a [`WorkerStats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EntrypointStats {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// Jobs claimed (fresh picks and stale re-picks).
+    pub claimed: u64,
+    /// Jobs ended `successful`.
+    pub successful: u64,
+    /// Jobs ended `exception` (deleted after a failure).
+    pub exception: u64,
+    /// Jobs held `failed`.
+    pub failed: u64,
+    /// Jobs ended `canceled`.
+    pub canceled: u64,
+    /// Jobs put back in the queue to run again.
+    pub retried: u64,
+    /// Handler run times.
+    pub handler: TimingStats,
+    /// From when a job became due (enqueued, or its `execute_after`) to its handler's
+    /// start, by the worker's clock against the database's timestamps.
+    pub start_latency: TimingStats,
+}
+
+/// A snapshot of a worker's figures (see [`StatsHandle`]): the same figures the
+/// `metrics` feature records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerStats {
     /// Job outcomes so far.
     pub jobs: RunSummary,
+    /// Claim statements run.
+    pub claims: u64,
+    /// Their run times.
+    pub claim_duration: TimingStats,
+    /// Claims that lost a slot race (23505 on the slot index) and came back empty.
+    pub slot_races_lost: u64,
+    /// Claims that were deadlock victims and came back empty, to be retried.
+    pub deadlocks_retried: u64,
+    /// Jobs held (claimed and not yet written) at the last claim.
+    pub running: u64,
+    /// Executor threads idle and not promised a job at the last claim.
+    pub idle_threads: u64,
+    /// Per entrypoint, in registration order.
+    pub entrypoints: Vec<EntrypointStats>,
     /// Each limited entrypoint: this worker's limit, the slots in use at the last look,
     /// and whether another worker evidently declares a larger limit.
     pub limits: Vec<LimitStats>,
+}
+
+impl WorkerStats {
+    /// The figures of `entrypoint`, if the worker serves it.
+    pub fn entrypoint(&self, entrypoint: &str) -> Option<&EntrypointStats> {
+        self.entrypoints.iter().find(|e| e.entrypoint == entrypoint)
+    }
 }
 
 /// Reads a worker's figures from any thread, while it runs and after. Cheap to clone.
@@ -51,9 +464,31 @@ pub struct StatsHandle(pub(crate) Arc<Stats>);
 impl StatsHandle {
     /// The figures now.
     pub fn snapshot(&self) -> WorkerStats {
+        let s = &self.0;
         WorkerStats {
-            jobs: self.0.counters.summary(),
-            limits: self.0.limits.stats(),
+            jobs: s.summary(),
+            claims: s.claims.get(),
+            claim_duration: s.claim_duration.snapshot(),
+            slot_races_lost: s.races_lost.get(),
+            deadlocks_retried: s.deadlocks.get(),
+            running: s.running.get(),
+            idle_threads: s.idle_threads.get(),
+            entrypoints: s
+                .entrypoints
+                .iter()
+                .map(|(name, e)| EntrypointStats {
+                    entrypoint: name.clone(),
+                    claimed: e.claimed.get(),
+                    successful: e.successful.get(),
+                    exception: e.exception.get(),
+                    failed: e.failed.get(),
+                    canceled: e.canceled.get(),
+                    retried: e.retried.get(),
+                    handler: e.handler.snapshot(),
+                    start_latency: e.start_latency.snapshot(),
+                })
+                .collect(),
+            limits: s.limits.stats(),
         }
     }
 }
