@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Claiming loop + heartbeat + one handler thread + the handler's own insert.
     let options = ConnectOptions {
         max_size: 4,
-        ..ConnectOptions::default()
+        ..ConnectOptions::from_env()?
     };
     let pool = pgqueuer::connect_with(&dsn, &options)?;
     {

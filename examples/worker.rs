@@ -181,7 +181,8 @@ fn run(o: &Options) -> Result<(), pgqueuer::Error> {
         max_size: u32::try_from(o.threads)
             .unwrap_or(u32::MAX)
             .saturating_add(3),
-        ..Default::default()
+        // PGQUEUER_POOLER and PGQUEUER_LISTEN_DSN, for runs through PgBouncer.
+        ..pgqueuer::ConnectOptions::from_env()?
     };
     let pool = pgqueuer::connect_with(&o.dsn, &connect)?;
     pgqueuer::upgrade(pool.get()?.client())?;

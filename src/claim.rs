@@ -56,6 +56,25 @@ pub enum LostRace {
     Contended,
 }
 
+/// See [`Claimer::next_wake`]: how long until each may be claimed (zero: now).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NextWake {
+    /// The earliest queued job of the entrypoints is due.
+    pub(crate) queued: Option<Duration>,
+    /// The oldest job another worker holds goes stale.
+    pub(crate) stale: Option<Duration>,
+}
+
+impl NextWake {
+    /// The sooner of the two.
+    pub(crate) fn soonest(self) -> Option<Duration> {
+        match (self.queued, self.stale) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 /// How a claimed job ended, for [`Claimer::complete`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
@@ -306,8 +325,9 @@ impl Claimer {
     /// [`Error::InvalidInput`] for a zero `batch_size`; [`Error::Db`] for any database
     /// error other than a lost slot race or deadlock (which give an empty [`Claim`]).
     pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
-        let statement = conn.prepare_cached(self.claim_sql())?;
-        self.run_claim(conn.client(), &statement, batch_size, None)
+        self.run_claim(batch_size, None, |params| {
+            conn.query_cached(self.claim_sql(), params)
+        })
     }
 
     /// Ends claimed jobs and claims up to `batch_size` more, in one statement and one
@@ -331,8 +351,9 @@ impl Claimer {
             return self.claim(conn, batch_size);
         }
         let ending = Ending::new(outcomes)?;
-        let statement = conn.prepare_cached(self.statement(true))?;
-        self.run_claim(conn.client(), &statement, batch_size, Some(&ending))
+        self.run_claim(batch_size, Some(&ending), |params| {
+            conn.query_cached(self.statement(true), params)
+        })
     }
 
     /// Claims up to `batch_size` jobs through any client, e.g. inside the caller's
@@ -342,21 +363,19 @@ impl Claimer {
     /// # Errors
     /// As [`Claimer::claim`].
     pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
-        let sql = self.claim_sql().to_owned();
-        self.run_claim(client, &sql, batch_size, None)
+        self.run_claim(batch_size, None, |params| {
+            Ok(client.query(self.claim_sql(), params)?)
+        })
     }
 
-    fn run_claim<C, T>(
+    /// Runs the claim statement through `query` with the parameters its shape binds and
+    /// reads the claim, a lost race included.
+    fn run_claim(
         &self,
-        client: &mut C,
-        statement: &T,
         batch_size: usize,
         ending: Option<&Ending>,
-    ) -> Result<Claim>
-    where
-        C: GenericClient,
-        T: postgres::ToStatement + ?Sized,
-    {
+        query: impl FnOnce(&[&(dyn postgres::types::ToSql + Sync)]) -> Result<Vec<postgres::Row>>,
+    ) -> Result<Claim> {
         let batch = i32::try_from(batch_size)
             .ok()
             .filter(|b| *b > 0)
@@ -386,7 +405,7 @@ impl Claimer {
                 &ending.tracebacks,
             ]);
         }
-        match client.query(statement, &params) {
+        match query(&params) {
             Ok(rows) => {
                 let mut claim = Claim::default();
                 for (i, row) in rows.iter().enumerate() {
@@ -406,7 +425,7 @@ impl Claimer {
                 }
                 Ok(claim)
             }
-            Err(e) => match sqlstate::classify(&e, &self.statements.slot_index) {
+            Err(Error::Db(e)) => match sqlstate::classify(&e, &self.statements.slot_index) {
                 kind if kind.is_lost_race() => {
                     log::trace!("claim lost a race ({kind:?}); reporting an empty batch");
                     Ok(Claim {
@@ -421,6 +440,7 @@ impl Claimer {
                 }
                 _ => Err(Error::Db(e)),
             },
+            Err(e) => Err(e),
         }
     }
 
@@ -437,11 +457,10 @@ impl Claimer {
     /// [`Error::InvalidInput`] for a non-terminal status; [`Error::Db`] otherwise.
     pub fn complete(&self, conn: &mut Conn, outcomes: &[Outcome]) -> Result<Vec<JobId>> {
         let all = Ending::new(outcomes)?;
-        let statement = conn.prepare_cached(&self.statements.complete)?;
         self.until_owned_done(conn, &all.ids, |conn, pending| {
             let e = all.only(pending);
-            conn.query(
-                &statement,
+            conn.query_cached(
+                &self.statements.complete,
                 &[&e.ids, &e.statuses, &e.tracebacks, &self.worker_id],
             )
         })
@@ -454,9 +473,8 @@ impl Claimer {
     /// # Errors
     /// [`Error::Db`].
     pub fn heartbeat(&self, conn: &mut Conn, ids: &[JobId]) -> Result<Vec<JobId>> {
-        let statement = conn.prepare_cached(&self.statements.heartbeat)?;
         self.until_owned_done(conn, ids, |conn, pending| {
-            conn.query(&statement, &[&pending, &self.worker_id])
+            conn.query_cached(&self.statements.heartbeat, &[&pending, &self.worker_id])
         })
     }
 
@@ -476,10 +494,12 @@ impl Claimer {
         let delay_us = i64::try_from(delay.as_micros()).map_err(|_| {
             Error::invalid("retry delay", format!("{delay:?} does not fit an interval"))
         })?;
-        let statement = conn.prepare_cached(&self.statements.retry)?;
         let traceback = traceback.to_string();
         let done = self.until_owned_done(conn, &[id], |conn, _| {
-            conn.query(&statement, &[&id, &delay_us, &traceback, &self.worker_id])
+            conn.query_cached(
+                &self.statements.retry,
+                &[&id, &delay_us, &traceback, &self.worker_id],
+            )
         })?;
         Ok(!done.is_empty())
     }
@@ -488,13 +508,12 @@ impl Claimer {
     /// them is still owned by this worker. Deadlock victims are retried like skipped rows.
     fn until_owned_done<F>(&self, conn: &mut Conn, ids: &[JobId], mut step: F) -> Result<Vec<JobId>>
     where
-        F: FnMut(&mut Conn, &[JobId]) -> Result<Vec<postgres::Row>, postgres::Error>,
+        F: FnMut(&mut Conn, &[JobId]) -> Result<Vec<postgres::Row>>,
     {
         const GIVE_UP: Duration = Duration::from_secs(30);
         let mut done = Vec::with_capacity(ids.len());
         let mut pending = ids.to_vec();
         let started = std::time::Instant::now();
-        let owned = conn.prepare_cached(&self.statements.owned)?;
         while !pending.is_empty() {
             match step(conn, &pending) {
                 Ok(rows) => {
@@ -502,16 +521,16 @@ impl Claimer {
                     pending.retain(|id| !handled.contains(id));
                     done.extend(handled);
                 }
-                Err(e) if sqlstate::classify(&e, "") == ErrorKind::Deadlock => {
+                Err(Error::Db(e)) if sqlstate::classify(&e, "") == ErrorKind::Deadlock => {
                     log::debug!("ending claims was a deadlock victim; retrying");
                 }
-                Err(e) => return Err(Error::Db(e)),
+                Err(e) => return Err(e),
             }
             if pending.is_empty() {
                 break;
             }
             pending = conn
-                .query(&owned, &[&pending, &self.worker_id])?
+                .query_cached(&self.statements.owned, &[&pending, &self.worker_id])?
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
@@ -536,8 +555,7 @@ impl Claimer {
         conn: &mut Conn,
         entrypoints: &[&str],
     ) -> Result<Vec<(Option<i64>, u64)>> {
-        let statement = conn.prepare_cached(&self.statements.slots_in_use)?;
-        conn.query(&statement, &[&entrypoints])?
+        conn.query_cached(&self.statements.slots_in_use, &[&entrypoints])?
             .iter()
             .map(|row| {
                 let held: i64 = row.try_get("held")?;
@@ -569,8 +587,23 @@ impl Claimer {
     /// # Errors
     /// [`Error::Db`].
     pub fn next_due(&self, conn: &mut Conn) -> Result<Option<Duration>> {
-        let statement = conn.prepare_cached(&self.statements.next_due)?;
-        let us: Option<i64> = conn.query_one(&statement, &[&self.names])?.get(0);
-        Ok(us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+        Ok(self.next_wake(conn)?.queued)
+    }
+
+    /// When a claim could next find something without anything changing: a deferred job
+    /// coming due, or a job of another worker going stale (its worker presumed dead).
+    pub(crate) fn next_wake(&self, conn: &mut Conn) -> Result<NextWake> {
+        let row = conn.query_one_cached(
+            &self.statements.next_due,
+            &[&self.names, &self.heartbeat_timeout_us, &self.worker_id],
+        )?;
+        let until = |column: &str| -> Result<Option<Duration>> {
+            let us: Option<i64> = row.try_get(column)?;
+            Ok(us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+        };
+        Ok(NextWake {
+            queued: until("queued_us")?,
+            stale: until("stale_us")?,
+        })
     }
 }

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use postgres::{Client, Config, NoTls, Statement};
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Config, GenericClient, NoTls, Row, Statement};
 
 use crate::error::{Error, Result, chain};
 
@@ -14,6 +15,10 @@ pub type Pool = r2d2::Pool<Manager>;
 /// A connection checked out of a [`Pool`]. Derefs to [`Conn`] (and from there to
 /// `postgres::Client`).
 pub type PooledConn = r2d2::PooledConnection<Manager>;
+
+/// How long a connection may go without the peer acknowledging anything before it is
+/// failed, unless the DSN sets `tcp_user_timeout` (seconds): see `resolve_config`.
+pub(crate) const NETWORK_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How long a validity probe of a pooled or listening connection may take.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -26,25 +31,241 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// it can be used as one.
 pub struct Conn {
     client: Client,
-    statements: HashMap<String, Statement>,
+    statements: Statements,
     config: Config,
+    /// Where the listener connects when this one goes through a transaction pooler.
+    listen: Option<Config>,
     /// Sequential and bitmap scans, sorts and JIT are off and plans are generic in this
     /// session ([`Conn::plan_with_indexes`]).
     index_plans: bool,
 }
 
+/// What sits between this crate and PostgreSQL, which decides whether a connection may
+/// keep state between transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Pooler {
+    /// A direct connection, or a pooler in session mode (PgBouncer `pool_mode =
+    /// session`): the session is ours, so statements are prepared once per connection
+    /// and the worker LISTENs on a connection like the pool's.
+    #[default]
+    Direct,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): consecutive
+    /// transactions may run on different server connections, so nothing may outlive a
+    /// transaction. Per-job statements run unnamed with their parameter types (learned
+    /// once per connection inside a transaction), one round trip each as before; no
+    /// session setting is made; the upgrade lock is taken per transaction. LISTEN cannot
+    /// work through such a pooler: the worker listens on `listen_dsn` when one is given
+    /// and otherwise polls, saying so at start.
+    Transaction,
+}
+
+impl Pooler {
+    /// Reads `direct`, `session` (the same as direct) or `transaction`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming `PGQUEUER_POOLER` for anything else.
+    pub fn parse(text: &str) -> Result<Pooler> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "" | "direct" | "none" | "session" => Ok(Pooler::Direct),
+            "transaction" => Ok(Pooler::Transaction),
+            _ => Err(Error::InvalidSetting {
+                setting: "PGQUEUER_POOLER",
+                value: text.to_owned(),
+                reason: "expected direct, session or transaction (PgBouncer's pool_mode)".into(),
+            }),
+        }
+    }
+}
+
+/// The per-connection statement cache: prepared statements, or, through a transaction
+/// pooler, the parameter types of statements that run unnamed.
+#[derive(Default)]
+struct Statements {
+    pooler: Pooler,
+    prepared: HashMap<String, Statement>,
+    types: HashMap<String, Vec<Type>>,
+}
+
+impl Statements {
+    /// Runs `sql` with `params` on `client`: a statement prepared on first use, or, for a
+    /// transaction pooler, an unnamed one with the types learned on first use. Inside a
+    /// transaction of the caller's (`in_transaction`), the types are learned in it.
+    fn query<C: GenericClient>(
+        &mut self,
+        client: &mut C,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        in_transaction: bool,
+    ) -> Result<Vec<Row>> {
+        match self.pooler {
+            Pooler::Direct => {
+                let statement = match self.prepared.get(sql) {
+                    Some(statement) => statement.clone(),
+                    None => {
+                        let statement = client.prepare(sql)?;
+                        self.prepared.insert(sql.to_owned(), statement.clone());
+                        statement
+                    }
+                };
+                Ok(client.query(&statement, params)?)
+            }
+            Pooler::Transaction => {
+                if !self.types.contains_key(sql) {
+                    let types = describe(client, sql, in_transaction)?;
+                    self.types.insert(sql.to_owned(), types);
+                }
+                let types = &self.types[sql];
+                if types.len() != params.len() {
+                    return Err(Error::Unexpected(format!(
+                        "statement takes {} parameters, {} given",
+                        types.len(),
+                        params.len()
+                    )));
+                }
+                let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+                    .iter()
+                    .zip(types)
+                    .map(|(p, t)| (*p, t.clone()))
+                    .collect();
+                Ok(client.query_typed(sql, &typed)?)
+            }
+        }
+    }
+}
+
+/// The parameter types of `sql`, from a statement prepared and closed within one
+/// transaction (so that, through a transaction pooler, both reach the same server
+/// connection and nothing is left on it).
+fn describe<C: GenericClient>(
+    client: &mut C,
+    sql: &str,
+    in_transaction: bool,
+) -> Result<Vec<Type>> {
+    if in_transaction {
+        let statement = client.prepare(sql)?;
+        return Ok(statement.params().to_vec());
+    }
+    let mut tx = client.transaction()?;
+    let types = {
+        let statement = tx.prepare(sql)?;
+        statement.params().to_vec()
+        // Dropping the statement closes it, before the commit.
+    };
+    tx.commit()?;
+    Ok(types)
+}
+
+/// Runs one statement given as text through any client, in a transaction of its own (a
+/// savepoint inside the caller's): the driver prepares it, runs it and closes it in
+/// three exchanges, which through a transaction pooler must all reach one server
+/// connection. For one-shot statements (operator functions, the schema); per-job ones
+/// go through [`Conn::query_cached`].
+pub(crate) fn query_alone<C: GenericClient>(
+    client: &mut C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>> {
+    let mut tx = client.transaction()?;
+    let rows = tx.query(sql, params)?;
+    tx.commit()?;
+    Ok(rows)
+}
+
+/// As [`query_alone`], for a statement that returns exactly one row.
+pub(crate) fn query_one_alone<C: GenericClient>(
+    client: &mut C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Row> {
+    let mut tx = client.transaction()?;
+    let row = tx.query_one(sql, params)?;
+    tx.commit()?;
+    Ok(row)
+}
+
+/// A transaction on a [`Conn`] that keeps using its statement cache
+/// ([`Conn::transaction_cached`]).
+pub(crate) struct CachedTransaction<'a> {
+    tx: postgres::Transaction<'a>,
+    statements: &'a mut Statements,
+}
+
+impl CachedTransaction<'_> {
+    /// As [`Conn::query_cached`], inside the transaction.
+    pub(crate) fn query_cached(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        self.statements.query(&mut self.tx, sql, params, true)
+    }
+
+    pub(crate) fn commit(self) -> Result<()> {
+        Ok(self.tx.commit()?)
+    }
+}
+
 impl Conn {
     /// The prepared statement for `sql` on this connection, preparing it on first use.
+    ///
+    /// A prepared statement outlives the transaction that made it, so it cannot be used
+    /// through a transaction pooler ([`Pooler::Transaction`]): this crate's own
+    /// statements go through [`Conn::query_cached`] instead, which knows the difference.
     ///
     /// # Errors
     /// The database's error when `sql` cannot be prepared.
     pub fn prepare_cached(&mut self, sql: &str) -> Result<Statement> {
-        if let Some(statement) = self.statements.get(sql) {
+        if let Some(statement) = self.statements.prepared.get(sql) {
             return Ok(statement.clone());
         }
         let statement = self.client.prepare(sql)?;
-        self.statements.insert(sql.to_owned(), statement.clone());
+        self.statements
+            .prepared
+            .insert(sql.to_owned(), statement.clone());
         Ok(statement)
+    }
+
+    /// Runs `sql` with `params` in one round trip, prepared once per connection, or
+    /// unnamed with its parameter types where a transaction pooler forbids names.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub fn query_cached(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        self.statements.query(&mut self.client, sql, params, false)
+    }
+
+    /// As [`Conn::query_cached`], for a statement that returns exactly one row.
+    ///
+    /// # Errors
+    /// The database's error, or [`Error::Unexpected`] for another number of rows.
+    pub fn query_one_cached(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row> {
+        let mut rows = self.query_cached(sql, params)?;
+        match rows.len() {
+            1 => Ok(rows.remove(0)),
+            n => Err(Error::Unexpected(format!(
+                "a statement returned {n} rows where one was expected"
+            ))),
+        }
+    }
+
+    /// Opens a transaction whose statements still use this connection's cache.
+    pub(crate) fn transaction_cached(&mut self) -> Result<CachedTransaction<'_>> {
+        Ok(CachedTransaction {
+            tx: self.client.transaction()?,
+            statements: &mut self.statements,
+        })
+    }
+
+    /// The kind of pooler between this connection and PostgreSQL.
+    pub fn pooler(&self) -> Pooler {
+        self.statements.pooler
+    }
+
+    /// Where a worker's listener connects when this connection goes through a
+    /// transaction pooler (`ConnectOptions::listen_dsn`), if anywhere.
+    pub(crate) fn listen_config(&self) -> Option<&Config> {
+        self.listen.as_ref()
     }
 
     /// Turns sequential scans, bitmap scans, sorts and JIT off for this session, so the
@@ -77,7 +298,9 @@ impl Conn {
     /// # Errors
     /// The database's error.
     pub fn plan_with_indexes(&mut self) -> Result<(), postgres::Error> {
-        if !self.index_plans {
+        // Through a transaction pooler a session setting would reach whichever client
+        // gets the server connection next: plans are then left to the statistics.
+        if !self.index_plans && self.statements.pooler == Pooler::Direct {
             self.client.batch_execute(
                 "SET enable_seqscan = off; SET enable_bitmapscan = off; \
                      SET enable_sort = off; SET jit = off; \
@@ -109,7 +332,11 @@ impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Conn")
             .field("closed", &self.client.is_closed())
-            .field("statements", &self.statements.len())
+            .field("pooler", &self.statements.pooler)
+            .field(
+                "statements",
+                &(self.statements.prepared.len() + self.statements.types.len()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -136,15 +363,28 @@ impl std::ops::DerefMut for Conn {
 pub struct Manager {
     inner: r2d2_postgres::PostgresConnectionManager<NoTls>,
     config: Config,
+    pooler: Pooler,
+    listen: Option<Config>,
 }
 
 impl Manager {
-    /// A manager opening connections with `config`.
+    /// A manager opening connections with `config`, directly (see [`Manager::pooler`]).
     pub fn new(config: Config) -> Self {
         Manager {
             inner: r2d2_postgres::PostgresConnectionManager::new(config.clone(), NoTls),
             config,
+            pooler: Pooler::Direct,
+            listen: None,
         }
+    }
+
+    /// Says what sits between the connections and PostgreSQL, and, for a transaction
+    /// pooler, where a worker may LISTEN instead.
+    #[must_use]
+    pub fn pooler(mut self, pooler: Pooler, listen: Option<Config>) -> Self {
+        self.pooler = pooler;
+        self.listen = listen;
+        self
     }
 
     /// Opens one connection, with an error naming the target on failure.
@@ -163,8 +403,12 @@ impl r2d2::ManageConnection for Manager {
     fn connect(&self) -> Result<Conn, postgres::Error> {
         Ok(Conn {
             client: self.inner.connect()?,
-            statements: HashMap::new(),
+            statements: Statements {
+                pooler: self.pooler,
+                ..Statements::default()
+            },
             config: self.config.clone(),
+            listen: self.listen.clone(),
             index_plans: false,
         })
     }
@@ -223,6 +467,14 @@ pub struct ConnectOptions {
     pub connection_timeout: Duration,
     /// `application_name` when the DSN sets none. Defaults to `pgqueuer-rs`.
     pub application_name: String,
+    /// What sits between the pool and PostgreSQL. Defaults to [`Pooler::Direct`] (also
+    /// right for a pooler in session mode); `PGQUEUER_POOLER` sets it
+    /// ([`ConnectOptions::from_env`]).
+    pub pooler: Pooler,
+    /// Through a transaction pooler, a DSN that reaches PostgreSQL directly (or through a
+    /// pooler in session mode), where workers LISTEN; without one they poll. Ignored for
+    /// [`Pooler::Direct`]. `PGQUEUER_LISTEN_DSN` sets it.
+    pub listen_dsn: Option<String>,
 }
 
 impl Default for ConnectOptions {
@@ -232,16 +484,37 @@ impl Default for ConnectOptions {
             min_idle: 1,
             connection_timeout: Duration::from_secs(10),
             application_name: "pgqueuer-rs".into(),
+            pooler: Pooler::Direct,
+            listen_dsn: None,
         }
     }
 }
 
-/// Opens a pool with [`ConnectOptions::default`]. See [`connect_with`].
+impl ConnectOptions {
+    /// The defaults, with `pooler` from `PGQUEUER_POOLER` (`direct`, `session` or
+    /// `transaction`) and `listen_dsn` from `PGQUEUER_LISTEN_DSN` when they are set.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming `PGQUEUER_POOLER` for a value it does not know.
+    pub fn from_env() -> Result<ConnectOptions> {
+        let mut options = ConnectOptions::default();
+        if let Ok(pooler) = std::env::var("PGQUEUER_POOLER") {
+            options.pooler = Pooler::parse(&pooler)?;
+        }
+        options.listen_dsn = std::env::var("PGQUEUER_LISTEN_DSN")
+            .ok()
+            .filter(|v| !v.trim().is_empty());
+        Ok(options)
+    }
+}
+
+/// Opens a pool with [`ConnectOptions::from_env`]: the defaults, with a pooler named by
+/// `PGQUEUER_POOLER` and `PGQUEUER_LISTEN_DSN`. See [`connect_with`].
 ///
 /// # Errors
-/// As [`connect_with`].
+/// As [`connect_with`], and [`Error::InvalidSetting`] for a bad `PGQUEUER_POOLER`.
 pub fn connect(dsn: &str) -> Result<Pool> {
-    connect_with(dsn, &ConnectOptions::default())
+    connect_with(dsn, &ConnectOptions::from_env()?)
 }
 
 /// Opens a connection pool.
@@ -267,7 +540,23 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
         ));
     }
     let config = resolve_config(dsn, &|k| std::env::var(k).ok(), &options.application_name)?;
-    let manager = Manager::new(config);
+    let listen = match (&options.pooler, &options.listen_dsn) {
+        (Pooler::Transaction, Some(listen)) => Some(
+            resolve_config(
+                listen,
+                &|k| std::env::var(k).ok(),
+                &options.application_name,
+            )
+            .map_err(|e| match e {
+                Error::ConnectionConfig(reason) => {
+                    Error::ConnectionConfig(format!("listen_dsn: {reason}"))
+                }
+                other => other,
+            })?,
+        ),
+        _ => None,
+    };
+    let manager = Manager::new(config).pooler(options.pooler, listen);
     let first = manager.open()?;
     let pool = r2d2::Pool::builder()
         .max_size(options.max_size)
@@ -284,7 +573,7 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
 
 /// Opens one connection outside any pool, resolved exactly as [`connect_with`] resolves
 /// `dsn` (environment fallbacks, timeouts, keepalives), with `application_name` set
-/// unless the DSN sets one.
+/// unless the DSN sets one, and the pooler of `PGQUEUER_POOLER`.
 ///
 /// For a connection that is held for a long time or changes session state, such as a
 /// LISTEN connection (a LISTEN would outlive a pooled connection's return to its pool),
@@ -295,7 +584,8 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
 /// the target and the cause when the connection fails.
 pub fn connect_one(dsn: &str, application_name: &str) -> Result<Conn> {
     let config = resolve_config(dsn, &|k| std::env::var(k).ok(), application_name)?;
-    Manager::new(config).open()
+    let pooler = ConnectOptions::from_env()?.pooler;
+    Manager::new(config).pooler(pooler, None).open()
 }
 
 /// Builds the `postgres::Config` for `dsn` (see [`connect_with`]), reading variables
@@ -339,12 +629,19 @@ pub(crate) fn resolve_config(
     if config.get_application_name().is_none() {
         config.application_name(application_name);
     }
+    // The network deadline: data unacknowledged this long (TCP_USER_TIMEOUT), or an idle
+    // connection whose keepalive probes go unanswered for about as long, fails the
+    // connection, so a black-holed path is noticed within it and the pool reconnects.
+    let deadline = config
+        .get_tcp_user_timeout()
+        .copied()
+        .unwrap_or(NETWORK_DEADLINE);
     config
         .keepalives(true)
-        .keepalives_idle(Duration::from_secs(30))
-        .keepalives_interval(Duration::from_secs(10))
+        .keepalives_idle((deadline / 2).max(Duration::from_secs(1)))
+        .keepalives_interval((deadline / 6).max(Duration::from_secs(1)))
         .keepalives_retries(3)
-        .tcp_user_timeout(Duration::from_secs(30));
+        .tcp_user_timeout(deadline);
     Ok(config)
 }
 
@@ -499,7 +796,25 @@ mod tests {
         let c = resolve("postgres://u@127.0.0.1/db", &[]).unwrap();
         assert_eq!(c.get_connect_timeout(), Some(&Duration::from_secs(10)));
         assert_eq!(c.get_tcp_user_timeout(), Some(&Duration::from_secs(30)));
-        assert_eq!(c.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(c.get_keepalives_idle(), Duration::from_secs(15));
+        assert_eq!(c.get_keepalives_interval(), Some(Duration::from_secs(5)));
         assert_eq!(c.get_application_name(), Some("test"));
+        // A DSN's own deadline sets the keepalives too.
+        let c = resolve("postgres://u@127.0.0.1/db?tcp_user_timeout=4", &[]).unwrap();
+        assert_eq!(c.get_tcp_user_timeout(), Some(&Duration::from_secs(4)));
+        assert_eq!(c.get_keepalives_idle(), Duration::from_secs(2));
+        assert_eq!(c.get_keepalives_interval(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn poolers_parse_and_bad_ones_are_named() {
+        assert_eq!(Pooler::parse("Transaction").unwrap(), Pooler::Transaction);
+        assert_eq!(Pooler::parse("session").unwrap(), Pooler::Direct);
+        assert_eq!(Pooler::parse("").unwrap(), Pooler::Direct);
+        let e = Pooler::parse("statement").unwrap_err().to_string();
+        assert!(
+            e.contains("PGQUEUER_POOLER") && e.contains("transaction"),
+            "{e}"
+        );
     }
 }

@@ -57,7 +57,9 @@ pub enum Error {
     Pool(#[from] r2d2::Error),
 
     /// The database rejected a statement or the connection failed while running one.
-    #[error("{}", chain(.0))]
+    /// Errors that only a pooler in transaction mode causes (a prepared statement that
+    /// vanished, or exists twice) say which setting fixes them.
+    #[error("{}{}", chain(.0), pooler_advice(.0))]
     Db(#[from] postgres::Error),
 
     /// The database lacks objects this crate needs. Every missing or outdated object is
@@ -100,6 +102,24 @@ pub enum Error {
     Worker(String),
 }
 
+/// The advice for an error that a transaction pooler causes when the crate was not told
+/// about it, or nothing.
+fn pooler_advice(e: &postgres::Error) -> &'static str {
+    use postgres::error::SqlState;
+    match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_SQL_STATEMENT_NAME
+                || *c == SqlState::DUPLICATE_PSTATEMENT =>
+        {
+            " (prepared statements do not survive here: this looks like a pooler in \
+             transaction mode, such as PgBouncer with pool_mode = transaction; set \
+             ConnectOptions::pooler to Pooler::Transaction, or PGQUEUER_POOLER=transaction, \
+             and give workers a direct listen_dsn / PGQUEUER_LISTEN_DSN)"
+        }
+        _ => "",
+    }
+}
+
 impl Error {
     /// The SQLSTATE of the underlying database error, if there is one.
     pub fn sqlstate(&self) -> Option<&postgres::error::SqlState> {
@@ -109,6 +129,12 @@ impl Error {
             | Error::DuplicateJob { source: e, .. } => e.code(),
             _ => None,
         }
+    }
+
+    /// True for an error only a pooler in transaction mode causes when the crate was not
+    /// told about it (see [`crate::Pooler`]): retrying cannot help.
+    pub fn is_pooler_mismatch(&self) -> bool {
+        matches!(self, Error::Db(e) if !pooler_advice(e).is_empty())
     }
 
     /// True for [`Error::DuplicateJob`].

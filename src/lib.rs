@@ -102,7 +102,7 @@ mod worker;
 
 pub use claim::{Claim, Claimer, ClaimerBuilder, LostRace, Outcome};
 pub use connect::{
-    Conn, ConnectOptions, Manager, Pool, PooledConn, connect, connect_one, connect_with,
+    Conn, ConnectOptions, Manager, Pool, PooledConn, Pooler, connect, connect_one, connect_with,
 };
 pub use cron::Cron;
 pub use error::{Error, Result};

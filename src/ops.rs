@@ -44,6 +44,7 @@ use std::time::{Duration, SystemTime};
 use postgres::{GenericClient, Row};
 use uuid::Uuid;
 
+use crate::connect;
 use crate::error::{Error, Result};
 use crate::job::{JobId, Status, status_of};
 use crate::settings::{Durability, Settings};
@@ -162,8 +163,7 @@ pub struct SlotUse {
 /// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
 pub fn slots_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Vec<SlotUse>> {
     settings.validate()?;
-    client
-        .query(&sql::queue_select_slots(settings), &[])?
+    connect::query_alone(client, &sql::queue_select_slots(settings), &[])?
         .iter()
         .map(|row| {
             Ok(SlotUse {
@@ -299,7 +299,7 @@ pub fn format_timestamp(t: SystemTime) -> String {
 pub fn aggregate_log<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Aggregation> {
     settings.validate()?;
     let key = statistics_lock_name(settings);
-    let row = client.query_one(&sql::log_aggregate(settings), &[&key])?;
+    let row = connect::query_one_alone(client, &sql::log_aggregate(settings), &[&key])?;
     let locked: bool = row.try_get("locked")?;
     if !locked {
         return Ok(Aggregation::Busy);
@@ -365,11 +365,14 @@ pub fn stale_jobs<C: GenericClient>(
     settings.validate()?;
     let micros = micros_of("threshold", threshold)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    client
-        .query(&sql::queue_select_stale(settings), &[&micros, &limit])?
-        .iter()
-        .map(StaleJob::from_row)
-        .collect()
+    connect::query_alone(
+        client,
+        &sql::queue_select_stale(settings),
+        &[&micros, &limit],
+    )?
+    .iter()
+    .map(StaleJob::from_row)
+    .collect()
 }
 
 /// The workers holding picked jobs, by worker id.
@@ -381,8 +384,7 @@ pub fn active_workers<C: GenericClient>(
     settings: &Settings,
 ) -> Result<Vec<ActiveWorker>> {
     settings.validate()?;
-    client
-        .query(&sql::queue_select_workers(settings), &[])?
+    connect::query_alone(client, &sql::queue_select_workers(settings), &[])?
         .iter()
         .map(ActiveWorker::from_row)
         .collect()
@@ -394,8 +396,7 @@ pub fn active_workers<C: GenericClient>(
 /// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
 pub fn queue_age<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Vec<QueueAge>> {
     settings.validate()?;
-    client
-        .query(&sql::queue_select_age(settings), &[])?
+    connect::query_alone(client, &sql::queue_select_age(settings), &[])?
         .iter()
         .map(QueueAge::from_row)
         .collect()
@@ -429,14 +430,18 @@ pub fn limit_audit<C: GenericClient>(
     settings.validate()?;
     let window_us = micros_of("window", window)?;
     let resolution_us = micros_of("resolution", resolution)?;
-    let rows = client.query(
+    let rows = connect::query_alone(
+        client,
         &sql::log_limit_audit(settings),
         &[&window_us, &entrypoint, &resolution_us],
     )?;
     let Some(first) = rows.first() else {
-        let count: i64 = client
-            .query_one(&sql::log_count_since(settings), &[&window_us, &entrypoint])?
-            .get(0);
+        let count: i64 = connect::query_one_alone(
+            client,
+            &sql::log_count_since(settings),
+            &[&window_us, &entrypoint],
+        )?
+        .get(0);
         return Ok(LimitAudit {
             since: SystemTime::now() - window,
             rows_read: u64::try_from(count).unwrap_or(0),
@@ -475,17 +480,20 @@ pub fn throughput<C: GenericClient>(
 ) -> Result<Vec<Throughput>> {
     settings.validate()?;
     let micros = micros_of("window", window)?;
-    client
-        .query(&sql::statistics_select_throughput(settings), &[&micros])?
-        .iter()
-        .map(|row| {
-            Ok(Throughput {
-                entrypoint: row.try_get("entrypoint")?,
-                status: status_of(row)?,
-                count: count_of(row, "count")?,
-            })
+    connect::query_alone(
+        client,
+        &sql::statistics_select_throughput(settings),
+        &[&micros],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(Throughput {
+            entrypoint: row.try_get("entrypoint")?,
+            status: status_of(row)?,
+            count: count_of(row, "count")?,
         })
-        .collect()
+    })
+    .collect()
 }
 
 /// The statements [`set_durability`] runs: `ALTER TABLE ... SET LOGGED|UNLOGGED` for the

@@ -146,57 +146,89 @@ mod otel {
         ]
     }
 
+    /// Starts a span of `kind` named `name` under `parent`; its attributes are set only
+    /// when it records (as PgQueuer sets them after the start), so that with no tracer
+    /// provider an enqueue allocates next to nothing.
+    fn start(
+        tracer: &global::BoxedTracer,
+        parent: &Context,
+        name: String,
+        kind: SpanKind,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) -> Context {
+        let span = tracer
+            .span_builder(name)
+            .with_kind(kind)
+            .start_with_context(tracer, parent);
+        let cx = parent.with_span(span);
+        let span = cx.span();
+        if span.is_recording() {
+            span.set_attributes(attributes());
+        }
+        cx
+    }
+
+    /// The attributes of an operation on `entrypoint` (none for a batch's `send`).
+    fn on(operation: &'static str, entrypoint: Option<&str>) -> Vec<KeyValue> {
+        let mut attributes = messaging(operation);
+        if let Some(entrypoint) = entrypoint {
+            attributes.push(KeyValue::new(
+                "messaging.destination.name",
+                entrypoint.to_owned(),
+            ));
+        }
+        attributes
+    }
+
     pub(super) fn publish(entrypoints: &[&str]) -> Publish {
         let tracer = tracer();
         let parent = Context::current();
         if let [entrypoint] = entrypoints {
-            let mut attributes = messaging("send");
-            attributes.push(KeyValue::new(
-                "messaging.destination.name",
-                (*entrypoint).to_owned(),
-            ));
-            let span = tracer
-                .span_builder(format!("send {entrypoint}"))
-                .with_kind(SpanKind::Producer)
-                .with_attributes(attributes)
-                .start_with_context(&tracer, &parent);
-            let cx = parent.with_span(span);
+            let cx = start(
+                &tracer,
+                &parent,
+                format!("send {entrypoint}"),
+                SpanKind::Producer,
+                || on("send", Some(entrypoint)),
+            );
             return Publish {
                 carriers: vec![inject(&cx)],
                 spans: vec![cx],
             };
         }
-        let mut batch_attributes = messaging("send");
-        batch_attributes.push(KeyValue::new(
-            "messaging.batch.message_count",
-            i64::try_from(entrypoints.len()).unwrap_or(i64::MAX),
-        ));
-        let batch = tracer
-            .span_builder("send")
-            .with_kind(SpanKind::Client)
-            .with_attributes(batch_attributes)
-            .start_with_context(&tracer, &parent);
-        let batch = parent.with_span(batch);
-        let mut carriers = Vec::with_capacity(entrypoints.len());
-        let mut spans = Vec::with_capacity(entrypoints.len() + 1);
-        for entrypoint in entrypoints {
-            let mut attributes = messaging("create");
+        let batch = start(&tracer, &parent, "send".into(), SpanKind::Client, || {
+            let mut attributes = on("send", None);
             attributes.push(KeyValue::new(
-                "messaging.destination.name",
-                (*entrypoint).to_owned(),
+                "messaging.batch.message_count",
+                i64::try_from(entrypoints.len()).unwrap_or(i64::MAX),
             ));
-            let span = tracer
-                .span_builder(format!("create {entrypoint}"))
-                .with_kind(SpanKind::Producer)
-                .with_attributes(attributes)
-                .start_with_context(&tracer, &batch);
-            let cx = batch.with_span(span);
-            carriers.push(inject(&cx));
-            // A create span is over once its context is in the headers.
-            cx.span().end();
+            attributes
+        });
+        let carriers = if batch.span().is_recording() || batch.span().span_context().is_valid() {
+            entrypoints
+                .iter()
+                .map(|entrypoint| {
+                    let cx = start(
+                        &tracer,
+                        &batch,
+                        format!("create {entrypoint}"),
+                        SpanKind::Producer,
+                        || on("create", Some(entrypoint)),
+                    );
+                    let carrier = inject(&cx);
+                    // A create span is over once its context is in the headers.
+                    cx.span().end();
+                    carrier
+                })
+                .collect()
+        } else {
+            // No tracer and no trace to continue: nothing to carry.
+            vec![None; entrypoints.len()]
+        };
+        Publish {
+            carriers,
+            spans: vec![batch],
         }
-        spans.push(batch);
-        Publish { carriers, spans }
     }
 
     pub(super) fn finish(spans: &[Context], error: Option<&crate::Error>) {
@@ -283,22 +315,23 @@ mod otel {
 
     pub(super) fn process(job: &crate::Job) -> Option<Context> {
         let parent = extract(job)?;
-        let tracer = tracer();
-        let mut attributes = messaging("process");
-        attributes.extend([
-            KeyValue::new("messaging.destination.name", job.entrypoint.clone()),
-            KeyValue::new("messaging.message.id", job.id.to_string()),
-            KeyValue::new(
-                "messaging.message.body.size",
-                i64::try_from(job.payload.as_ref().map_or(0, Vec::len)).unwrap_or(i64::MAX),
-            ),
-        ]);
-        let span = tracer
-            .span_builder(format!("process {}", job.entrypoint))
-            .with_kind(SpanKind::Consumer)
-            .with_attributes(attributes)
-            .start_with_context(&tracer, &parent);
-        Some(parent.with_span(span))
+        Some(start(
+            &tracer(),
+            &parent,
+            format!("process {}", job.entrypoint),
+            SpanKind::Consumer,
+            || {
+                let mut attributes = on("process", Some(&job.entrypoint));
+                attributes.extend([
+                    KeyValue::new("messaging.message.id", job.id.to_string()),
+                    KeyValue::new(
+                        "messaging.message.body.size",
+                        i64::try_from(job.payload.as_ref().map_or(0, Vec::len)).unwrap_or(i64::MAX),
+                    ),
+                ]);
+                attributes
+            },
+        ))
     }
 
     pub(super) fn finish_process(cx: &Context, failure: Option<(&str, &str)>) {

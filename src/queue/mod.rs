@@ -263,8 +263,7 @@ impl Queue {
         }
         let names: Vec<&str> = entrypoints.iter().map(AsRef::as_ref).collect();
         let mut conn = self.pool.get()?;
-        let statement = conn.prepare_cached(&self.sql.clear)?;
-        Ok(conn.execute(&statement, &[&names])?)
+        Ok(conn.query_cached(&self.sql.clear, &[&names])?.len() as u64)
     }
 
     /// Up to `limit` held (`failed`) jobs, oldest first, each with the failure that put
@@ -415,12 +414,10 @@ impl Queue {
         events: impl FnOnce(&[JobId]) -> Vec<String>,
     ) -> Result<Vec<JobId>> {
         let mut conn = self.pool.get()?;
-        let change = conn.prepare_cached(change)?;
-        let notify = conn.prepare_cached(CHANNEL_NOTIFY_MANY)?;
-        let mut tx = conn.client().transaction()?;
-        let changed = ids_of(&tx.query(&change, &[&ids])?)?;
+        let mut tx = conn.transaction_cached()?;
+        let changed = ids_of(&tx.query_cached(change, &[&ids])?)?;
         if !changed.is_empty() {
-            tx.execute(&notify, &[&self.sql.channel, &events(&changed)])?;
+            tx.query_cached(CHANNEL_NOTIFY_MANY, &[&self.sql.channel, &events(&changed)])?;
         }
         tx.commit()?;
         Ok(changed)
@@ -428,9 +425,7 @@ impl Queue {
 
     /// Runs `sql` with `params` on a pooled connection, prepared once per connection.
     fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-        let mut conn = self.pool.get()?;
-        let statement = conn.prepare_cached(sql)?;
-        Ok(conn.query(&statement, params)?)
+        self.pool.get()?.query_cached(sql, params)
     }
 
     /// A unique violation on the dedupe index is a duplicate job; anything else
@@ -554,9 +549,12 @@ impl EnqueueTarget for Conn {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>> {
-        let statement = self.prepare_cached(sql)?;
+        if self.pooler() == crate::Pooler::Transaction {
+            // The types are at hand: no statement to name or describe.
+            return Ok(self.client().query_typed(sql, params)?);
+        }
         let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(p, _)| *p).collect();
-        Ok(self.client().query(&statement, &values)?)
+        self.query_cached(sql, &values)
     }
 }
 

@@ -80,8 +80,7 @@ impl Queue {
             Some(wait) => self.pool.get_timeout(wait)?,
             None => self.pool.get()?,
         };
-        let statement = conn.prepare_cached(&self.sql.log_select_latest)?;
-        conn.query(&statement, &[&ids])?
+        conn.query_cached(&self.sql.log_select_latest, &[&ids])?
             .iter()
             .map(|row| Ok((row.try_get::<_, JobId>("job_id")?, status_of(row)?)))
             .collect()
@@ -95,12 +94,18 @@ struct Listener {
 }
 
 impl Listener {
-    /// Opens a connection like the pool's and LISTENs on the channel; gives up (and
-    /// logs why) rather than fail the wait.
+    /// Opens a connection like the pool's (or to the listen DSN, through a transaction
+    /// pooler) and LISTENs on the channel; gives up (and logs why) rather than fail the
+    /// wait.
     fn open(queue: &Queue, deadline: Instant) -> Listener {
         let budget = deadline.saturating_duration_since(Instant::now());
         let mut config = match queue.pool.get_timeout(budget.max(MIN_CHECKOUT_WAIT)) {
-            Ok(conn) => conn.config().clone(),
+            Ok(conn) => match (conn.pooler(), conn.listen_config()) {
+                (crate::Pooler::Direct, _) => conn.config().clone(),
+                (crate::Pooler::Transaction, Some(listen)) => listen.clone(),
+                // LISTEN through a transaction pooler would not hear anything.
+                (crate::Pooler::Transaction, None) => return Listener { client: None },
+            },
             Err(e) => {
                 log::warn!("pgqueuer wait_for: no connection to copy for LISTEN ({e}); polling");
                 return Listener { client: None };

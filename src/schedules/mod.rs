@@ -25,6 +25,7 @@ use std::time::SystemTime;
 
 use postgres::GenericClient;
 
+use crate::connect::query_alone;
 use crate::error::Result;
 
 mod scheduler;
@@ -93,8 +94,7 @@ impl Schedule {
 pub fn list(client: &mut impl GenericClient, settings: &Settings) -> Result<Vec<Schedule>> {
     settings.validate()?;
     let sql = ScheduleSql::new(settings);
-    client
-        .query(&sql.select, &[])?
+    query_alone(client, &sql.select, &[])?
         .iter()
         .map(Schedule::from_row)
         .collect()
@@ -118,5 +118,5 @@ pub fn remove<S: AsRef<str>>(
     }
     let names: Vec<&str> = entrypoints.iter().map(AsRef::as_ref).collect();
     let sql = ScheduleSql::new(settings);
-    Ok(client.execute(&sql.delete, &[&ids, &names])?)
+    Ok(query_alone(client, &sql.delete, &[&ids, &names])?.len() as u64)
 }

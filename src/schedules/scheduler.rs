@@ -329,8 +329,9 @@ impl Scheduler {
         if !self.clean_old.is_empty() {
             let names: Vec<&str> = self.clean_old.iter().map(String::as_str).collect();
             let no_ids: &[ScheduleId] = &[];
-            let delete = conn.prepare_cached(&self.sql.delete)?;
-            let removed = conn.execute(&delete, &[&no_ids, &names])?;
+            let removed = conn
+                .query_cached(&self.sql.delete, &[&no_ids, &names])?
+                .len();
             log::info!("removed {removed} old schedule(s) of {names:?}");
         }
         if self.registrations.is_empty() {
@@ -352,8 +353,7 @@ impl Scheduler {
             .iter()
             .map(|r| micros_until(now, r.cron.next_after(now)))
             .collect();
-        let insert = conn.prepare_cached(&self.sql.insert)?;
-        conn.execute(&insert, &[&expressions, &entrypoints, &delays])?;
+        conn.query_cached(&self.sql.insert, &[&expressions, &entrypoints, &delays])?;
         Ok(())
     }
 }
@@ -431,7 +431,6 @@ impl Runner<'_> {
             return Ok(Vec::new());
         }
         let mut conn = self.pool.get()?;
-        let statement = conn.prepare_cached(&self.sql.claim_due)?;
         // Measured as late as possible: the server adds these to its `now()`.
         let now = SystemTime::now();
         let mut expressions = Vec::with_capacity(self.registrations.len());
@@ -445,10 +444,13 @@ impl Runner<'_> {
             next.push(micros_until(now, first));
             following.push(micros_until(now, r.cron.next_after(first)));
         }
-        conn.query(&statement, &[&expressions, &entrypoints, &next, &following])?
-            .iter()
-            .map(Schedule::from_row)
-            .collect()
+        conn.query_cached(
+            &self.sql.claim_due,
+            &[&expressions, &entrypoints, &next, &following],
+        )?
+        .iter()
+        .map(Schedule::from_row)
+        .collect()
     }
 
     /// How long to sleep before the next look: until just after the earliest next fire
@@ -504,8 +506,7 @@ impl Runner<'_> {
     fn release(&self, id: ScheduleId) {
         for attempt in 1..=RELEASE_ATTEMPTS {
             let result = self.pool.get().map_err(Error::from).and_then(|mut conn| {
-                let statement = conn.prepare_cached(&self.sql.release)?;
-                conn.execute(&statement, &[&vec![id]])?;
+                conn.query_cached(&self.sql.release, &[&vec![id]])?;
                 Ok(())
             });
             match result {
@@ -534,8 +535,7 @@ impl Runner<'_> {
                 continue;
             }
             let result = self.pool.get().map_err(Error::from).and_then(|mut conn| {
-                let statement = conn.prepare_cached(&self.sql.heartbeat)?;
-                conn.execute(&statement, &[&ids])?;
+                conn.query_cached(&self.sql.heartbeat, &[&ids])?;
                 Ok(())
             });
             if let Err(e) = result {

@@ -8,8 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use postgres::Client;
+use postgres::{Client, GenericClient};
 
+use crate::connect::{query_alone, query_one_alone};
 use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::sql;
@@ -115,27 +116,28 @@ pub fn upgrade(client: &mut Client) -> Result<UpgradeReport> {
 pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeReport> {
     let steps = upgrade_sql(settings)?;
     let key = settings.upgrade_lock_key();
-    // The steps restate every object behind IF NOT EXISTS guards, and PostgreSQL tells
-    // the client about each one it skips: dozens of NOTICE lines on every start of every
-    // program that upgrades from a startup hook. What changed is in the report instead.
-    let messages: String = client.query_one(sql::CLIENT_MIN_MESSAGES, &[])?.get(0);
-    client.execute(sql::SET_CLIENT_MIN_MESSAGES, &[&"warning"])?;
-    client.execute(sql::ADVISORY_LOCK, &[&key])?;
-    let result = (|| -> Result<UpgradeReport> {
-        let before = describe_with(client, settings)?;
-        for step in &steps {
-            client.batch_execute(step)?;
-        }
-        let after = describe_with(client, settings)?;
-        Ok(UpgradeReport {
-            changes: diff(&before, &after),
-        })
-    })();
-    let unlocked = client.execute(sql::ADVISORY_UNLOCK, &[&key]);
-    let restored = client.execute(sql::SET_CLIENT_MIN_MESSAGES, &[&messages]);
-    let report = result?;
-    unlocked?;
-    restored?;
+    // The common case, a schema already current, costs one catalog read.
+    if plan::plan(client, settings)?.statements.is_empty() {
+        return Ok(UpgradeReport::default());
+    }
+    let mut changes = Vec::new();
+    for step in &steps {
+        // Each step is a transaction of its own (enum labels must be committed before
+        // use) that holds PgQueuer's upgrade lock and quiets the NOTICE lines of the
+        // `IF NOT EXISTS` guards: nothing outlives it, so this works through a
+        // transaction pooler too. Processes upgrading at once take turns step by step;
+        // each reports the changes its own steps made (read under the lock), so every
+        // change is reported by exactly one of them.
+        let mut tx = client.transaction()?;
+        tx.query(sql::ADVISORY_XACT_LOCK, &[&key])?;
+        tx.batch_execute(sql::QUIET_NOTICES)?;
+        let before = describe_in(&mut tx, settings)?;
+        tx.batch_execute(step)?;
+        let after = describe_in(&mut tx, settings)?;
+        tx.commit()?;
+        changes.extend(diff(&before, &after));
+    }
+    let report = UpgradeReport { changes };
     if !report.is_noop() {
         log::info!(
             "pgqueuer schema upgraded: {} catalog changes",
@@ -165,12 +167,20 @@ pub fn upgrade_plan_with(client: &mut Client, settings: &Settings) -> Result<Upg
 /// # Errors
 /// [`Error::Db`] when the catalog cannot be read.
 pub fn describe_with(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
+    describe_in(client, settings)
+}
+
+/// [`describe_with`] through any client (a transaction of the upgrade's, say).
+pub(crate) fn describe_in<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+) -> Result<Vec<String>> {
     settings.validate()?;
     let schema: String = match &settings.schema {
         Some(schema) => schema.clone(),
-        None => client.query_one(sql::CURRENT_SCHEMA, &[])?.get(0),
+        None => query_one_alone(client, sql::CURRENT_SCHEMA, &[])?.get(0),
     };
-    let rows = client.query(&sql::catalog(&schema), &[])?;
+    let rows = query_alone(client, &sql::catalog(&schema), &[])?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
@@ -203,7 +213,7 @@ pub fn verify_with(client: &mut Client, settings: &Settings) -> Result<()> {
     if missing.is_empty() {
         Ok(())
     } else {
-        let database = client.query_one(sql::CURRENT_DATABASE, &[])?.get(0);
+        let database = query_one_alone(client, sql::CURRENT_DATABASE, &[])?.get(0);
         Err(Error::Schema { database, missing })
     }
 }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use postgres::Client;
 
+use crate::connect::query_one_alone;
 use crate::error::Result;
 use crate::settings::Settings;
 use crate::sql;
@@ -105,12 +106,11 @@ pub(crate) fn plan(client: &mut Client, settings: &Settings) -> Result<UpgradePl
     settings.validate()?;
     let schema: String = match &settings.schema {
         Some(schema) => schema.clone(),
-        None => client.query_one(sql::CURRENT_SCHEMA, &[])?.get(0),
+        None => query_one_alone(client, sql::CURRENT_SCHEMA, &[])?.get(0),
     };
     let mut out = UpgradePlan::default();
     if settings.schema.is_some() {
-        let exists = client
-            .query_one(sql::SCHEMA_EXISTS, &[&schema.to_ascii_lowercase()])?
+        let exists = query_one_alone(client, sql::SCHEMA_EXISTS, &[&schema.to_ascii_lowercase()])?
             .get::<_, bool>(0);
         if !exists {
             out.statements.push(sql::schema_create(&schema));

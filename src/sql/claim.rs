@@ -390,14 +390,27 @@ pub(crate) fn queue_slots_in_use(s: &Settings) -> String {
     )
 }
 
+/// For the entrypoints `$1 text[]`, in microseconds from now: `queued_us`, until the
+/// earliest queued job is due (negative when one is due already); `stale_us`, until the
+/// oldest heartbeat of a job another worker (not `$3 uuid`) holds is older than the
+/// heartbeat timeout `$2 bigint` (microseconds), when that job may be re-picked. NULL
+/// where there is no such job. Both read one row of an index.
 pub(crate) fn queue_next_due(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
     format!(
-        "SELECT (EXTRACT(EPOCH FROM MIN(first.execute_after) - NOW()) * 1000000)::bigint\n\
-         FROM UNNEST($1::text[]) AS e(entrypoint)\n\
-         CROSS JOIN LATERAL (\n    SELECT execute_after FROM {}\n    \
-         WHERE status = 'queued' AND entrypoint = e.entrypoint\n    \
-         ORDER BY execute_after LIMIT 1\n) first",
-        s.qualify(&s.queue_table)
+        "SELECT (EXTRACT(EPOCH FROM (\n    \
+             SELECT MIN(first.execute_after)\n    \
+             FROM UNNEST($1::text[]) AS e(entrypoint)\n    \
+             CROSS JOIN LATERAL (\n        SELECT execute_after FROM {queue}\n        \
+             WHERE status = 'queued' AND entrypoint = e.entrypoint\n        \
+             ORDER BY execute_after LIMIT 1\n    ) first\n\
+         ) - NOW()) * 1000000)::bigint AS queued_us,\n\
+         (EXTRACT(EPOCH FROM (\n    \
+             SELECT heartbeat FROM {queue}\n    \
+             WHERE status = 'picked' AND entrypoint = ANY($1::text[])\n      \
+             AND queue_manager_id IS DISTINCT FROM $3::uuid\n    \
+             ORDER BY heartbeat LIMIT 1\n\
+         ) - NOW()) * 1000000)::bigint + $2::bigint AS stale_us"
     )
 }
 

@@ -8,10 +8,11 @@ use crate::settings::Settings;
 pub(crate) mod queue;
 pub(crate) mod schedule;
 
-/// Takes PgQueuer's schema-upgrade session lock (`$1` = the CRC-32 key).
-pub(crate) const ADVISORY_LOCK: &str = "SELECT pg_advisory_lock($1)";
-/// Releases it.
-pub(crate) const ADVISORY_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+/// Takes PgQueuer's schema-upgrade lock (`$1` = the CRC-32 key) for the transaction. The
+/// key is the one Python's session lock takes, so the two wait for each other.
+pub(crate) const ADVISORY_XACT_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+/// Quiets the NOTICEs of `IF NOT EXISTS` guards for the rest of the transaction.
+pub(crate) const QUIET_NOTICES: &str = "SET LOCAL client_min_messages = warning";
 /// The schema unqualified names resolve to.
 pub(crate) const CURRENT_SCHEMA: &str = "SELECT current_schema()::text";
 /// The session's database.
@@ -19,11 +20,6 @@ pub(crate) const CURRENT_DATABASE: &str = "SELECT current_database()::text";
 /// Whether the schema `$1` exists.
 pub(crate) const SCHEMA_EXISTS: &str =
     "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)";
-/// The session's `client_min_messages`.
-pub(crate) const CLIENT_MIN_MESSAGES: &str = "SELECT current_setting('client_min_messages')";
-/// Sets the session's `client_min_messages` to `$1`.
-pub(crate) const SET_CLIENT_MIN_MESSAGES: &str =
-    "SELECT set_config('client_min_messages', $1::text, false)";
 
 pub(crate) mod claim;
 pub(crate) mod ops;

@@ -192,7 +192,7 @@ fn queue_count(s: &Settings) -> String {
 }
 
 /// Deletes every row of the entrypoints `$1 text[]`, whatever its status, and logs each
-/// as `deleted`. The affected row count is the number of jobs removed.
+/// as `deleted`; returns one row per job removed.
 fn queue_clear(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
@@ -203,7 +203,8 @@ fn queue_clear(s: &Settings) -> String {
     RETURNING id, entrypoint, priority
 )
 INSERT INTO {log} (job_id, status, entrypoint, priority)
-SELECT id, 'deleted'::{status}, entrypoint, priority FROM deleted"
+SELECT id, 'deleted'::{status}, entrypoint, priority FROM deleted
+RETURNING job_id"
     )
 }
 

@@ -29,7 +29,8 @@ pub(crate) struct ScheduleSql {
     pub(crate) heartbeat: String,
     /// `schedule_select`: every row, least recently run first (never-run rows last).
     pub(crate) select: String,
-    /// `schedule_delete`: rows whose id is in `$1` or entrypoint in `$2`.
+    /// `schedule_delete`: rows whose id is in `$1` or entrypoint in `$2`, returning their
+    /// ids.
     pub(crate) delete: String,
 }
 
@@ -78,7 +79,9 @@ RETURNING s.id, s.expression, s.entrypoint, s.heartbeat, s.created, s.updated, s
                 "UPDATE {table} SET heartbeat = now(), updated = now() WHERE id = ANY($1)"
             ),
             select: format!("SELECT {SCHEDULE_COLUMNS} FROM {table} ORDER BY last_run, id"),
-            delete: format!("DELETE FROM {table} WHERE id = ANY($1) OR entrypoint = ANY($2)"),
+            delete: format!(
+                "DELETE FROM {table} WHERE id = ANY($1) OR entrypoint = ANY($2) RETURNING id"
+            ),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{Claimer, ClaimerBuilder};
-use crate::connect::Pool;
+use crate::connect::{Pool, Pooler};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::settings::Settings;
@@ -34,6 +34,7 @@ struct Options {
     threads: usize,
     batch_size: usize,
     dequeue_timeout: Duration,
+    poll_interval: Duration,
     shutdown_deadline: Option<Duration>,
     reuse_slots: bool,
 }
@@ -45,6 +46,7 @@ impl Default for Options {
             threads: 10,
             batch_size: 10,
             dequeue_timeout: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
             shutdown_deadline: None,
             reuse_slots: true,
         }
@@ -141,6 +143,16 @@ impl WorkerBuilder {
     #[must_use]
     pub fn dequeue_timeout(mut self, timeout: Duration) -> Self {
         self.options.dequeue_timeout = timeout;
+        self
+    }
+
+    /// How often a worker that cannot LISTEN looks at the table: through a transaction
+    /// pooler ([`crate::Pooler::Transaction`]) without a `listen_dsn`, no notification
+    /// arrives, so new jobs are found by this poll (and a cancelled job's handler learns
+    /// of it at its next heartbeat). Defaults to 1 s. Unused when the worker LISTENs.
+    #[must_use]
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.options.poll_interval = interval;
         self
     }
 
@@ -242,6 +254,9 @@ impl WorkerBuilder {
         if o.dequeue_timeout.is_zero() {
             return Err(Error::invalid("dequeue_timeout", "must be positive"));
         }
+        if o.poll_interval.is_zero() {
+            return Err(Error::invalid("poll_interval", "must be positive"));
+        }
         if self.pool.max_size() < POOL_CONNECTIONS {
             return Err(Error::invalid(
                 "pool",
@@ -266,7 +281,21 @@ impl WorkerBuilder {
         }
         let mut conn = self.pool.get()?;
         crate::schema::verify_with(&mut conn, &settings)?;
-        let connect = conn.config().clone();
+        // Where the listener connects: a connection like the pool's, or, through a
+        // transaction pooler, the listen DSN; without one the worker polls.
+        let (listen, poll_interval) = match (conn.pooler(), conn.listen_config()) {
+            (Pooler::Direct, _) => (Some(conn.config().clone()), None),
+            (Pooler::Transaction, Some(listen)) => (Some(listen.clone()), None),
+            (Pooler::Transaction, None) => {
+                super::warn_always(format_args!(
+                    "pgqueuer worker: the pool goes through a transaction pooler, where \
+                     LISTEN cannot work, and no listen_dsn is set (ConnectOptions::listen_dsn, \
+                     PGQUEUER_LISTEN_DSN): polling every {:?} instead",
+                    o.poll_interval
+                ));
+                (None, Some(o.poll_interval))
+            }
+        };
         drop(conn);
         // Two claims of a limited entrypoint in flight at once would compute the same free
         // slots and one would lose the race on the slot index nearly every time.
@@ -285,7 +314,8 @@ impl WorkerBuilder {
             stats,
             config: Arc::new(WorkerConfig {
                 pool: self.pool,
-                connect,
+                listen,
+                poll_interval,
                 settings,
                 claimer,
                 registry: self.registry,
@@ -306,8 +336,10 @@ impl WorkerBuilder {
 /// Everything a worker's run needs that `build()` fixed.
 pub(crate) struct WorkerConfig {
     pub(crate) pool: Pool,
-    /// The connection settings, for the listener's own connection.
-    pub(crate) connect: postgres::Config,
+    /// Where the listener connects (`None`: it cannot, the dispatcher polls).
+    pub(crate) listen: Option<postgres::Config>,
+    /// Set when the worker polls instead of listening: the longest wait between looks.
+    pub(crate) poll_interval: Option<Duration>,
     pub(crate) settings: Settings,
     pub(crate) claimer: Claimer,
     pub(crate) registry: Registry,

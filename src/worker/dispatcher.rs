@@ -26,7 +26,7 @@ use super::state::{
     ConnSlot, Doorbell, Handoff, Idle, Jitter, Running, Wake, sleep_unless_shutdown,
 };
 use super::stats::{Lost, Stats};
-use crate::claim::{Claim, LostRace};
+use crate::claim::{Claim, LostRace, NextWake};
 use crate::shutdown::ShutdownHandle;
 
 /// Shortest idle wait when work is known to be queued but could not be claimed (limits
@@ -60,6 +60,9 @@ pub(crate) struct Dispatcher<'a> {
     /// Drain mode: stop once nothing is queued for our entrypoints and nothing runs.
     pub(crate) drain: bool,
     pub(crate) second: SecondLane,
+    /// An error no retry can fix (a transaction pooler the pool was not told about): the
+    /// worker stops and `run()` returns it.
+    pub(crate) fatal: std::sync::Mutex<Option<crate::Error>>,
 }
 
 /// What the second lane waits on.
@@ -129,6 +132,12 @@ impl Dispatcher<'_> {
             self.doorbell.take(Wake::Outcomes);
             let claim = match self.claim(&mut conn, take, true) {
                 Ok(claim) => claim,
+                Err(e) if e.is_pooler_mismatch() => {
+                    log::error!("pgqueuer claim failed; stopping the worker: {e}");
+                    *super::state::lock(&self.fatal) = Some(e);
+                    self.shutdown.shutdown();
+                    break;
+                }
                 Err(e) => {
                     log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
                     sleep_unless_shutdown(self.shutdown, backoff);
@@ -164,11 +173,20 @@ impl Dispatcher<'_> {
                 continue;
             }
             // Paused entrypoints (see `limits`) are not waited for; with every one
-            // paused, look again when the slots are next looked at.
-            let next_due = match self.limits.claimer(&config.claimer) {
-                Some(claimer) => conn.run(|c| claimer.next_due(c)).unwrap_or(Some(MIN_POLL)),
-                None => Some(super::limits::CHECK_INTERVAL),
+            // paused, look again when the slots are next looked at. A job of another
+            // worker going stale (its worker presumed dead) is a reason to look again
+            // as much as a deferred job coming due.
+            let next = match self.limits.claimer(&config.claimer) {
+                Some(claimer) => conn.run(|c| claimer.next_wake(c)).unwrap_or(NextWake {
+                    queued: Some(MIN_POLL),
+                    stale: None,
+                }),
+                None => NextWake {
+                    queued: Some(super::limits::CHECK_INTERVAL),
+                    stale: None,
+                },
             };
+            let next_due = next.queued;
             if self.drain && next_due.is_none() {
                 if self.running.len() == 0 && self.handoff.len() == 0 {
                     log::debug!("drain: nothing queued and nothing running; stopping");
@@ -179,9 +197,12 @@ impl Dispatcher<'_> {
                 quiet_until = Some(Instant::now() + MIN_POLL);
                 continue;
             }
-            let wait = match next_due {
-                Some(due) => due.clamp(MIN_POLL, config.dequeue_timeout),
-                None => config.dequeue_timeout,
+            // Without LISTEN (a transaction pooler and no listen DSN) nothing rings for
+            // new jobs: look at least every poll interval.
+            let longest = config.poll_interval.unwrap_or(config.dequeue_timeout);
+            let wait = match next.soonest() {
+                Some(due) => due.clamp(MIN_POLL, longest),
+                None => longest,
             };
             if self.drain && wait > MIN_POLL {
                 log::info!(

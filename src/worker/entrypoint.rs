@@ -272,6 +272,8 @@ impl EntrypointOptions {
 pub(crate) struct Entrypoint {
     pub(crate) handler: Handler,
     pub(crate) options: EntrypointOptions,
+    /// Its position in registration order (where the worker's stats keep its figures).
+    pub(crate) index: usize,
 }
 
 /// Entrypoints by name, in registration order.
@@ -298,8 +300,16 @@ impl Registry {
         if let Some(policy) = &options.retry {
             policy.validate(&name)?;
         }
+        let index = self.order.len();
         self.order.push(name.clone());
-        self.by_name.insert(name, Entrypoint { handler, options });
+        self.by_name.insert(
+            name,
+            Entrypoint {
+                handler,
+                options,
+                index,
+            },
+        );
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use crossbeam_channel::Receiver;
 use super::builder::WorkerConfig;
 use super::completer::{Outcomes, Requeue};
 use super::deadlines::{Armed, Deadlines};
-use super::entrypoint::{Context, JobError, OnFailure};
+use super::entrypoint::{Context, Entrypoint, JobError, OnFailure};
 use super::state::{Doorbell, Handoff, Idle, Jitter, Running, Wake};
 use super::stats::Stats;
 use crate::claim::Outcome;
@@ -77,15 +77,34 @@ impl Executor<'_> {
         }
     }
 
-    /// Runs one job (in its trace span, when it carries a trace context), reports its
-    /// outcome and frees this thread.
+    /// Runs one job, reports its outcome and frees this thread.
     fn execute(&self, job: &Job, rng: &mut Jitter) {
+        match self.config.registry.by_name.get(&job.entrypoint) {
+            Some(entry) => self.run_job(job, entry, rng),
+            None => {
+                // Cannot happen: the claim only takes our entrypoints.
+                log::error!("job {} ({}) has no handler here", job.id, job.entrypoint);
+                self.outcomes.finished(Outcome {
+                    id: job.id,
+                    status: Status::Exception,
+                    traceback: None,
+                });
+            }
+        }
+        self.idle.release(1);
+        self.doorbell.ring_if_wanted(Wake::Outcomes);
+        self.doorbell.thread_freed(self.idle.free());
+    }
+
+    /// Runs the handler (in its trace span, when the job carries a trace context) and
+    /// hands its outcome on.
+    fn run_job(&self, job: &Job, entry: &Entrypoint, rng: &mut Jitter) {
         let span = telemetry::process(job);
-        let verdict = span.run(|| self.verdict(job, rng));
+        let verdict = span.run(|| self.verdict(job, entry, rng));
         span.finish(verdict.failure());
         match verdict {
             Verdict::End(status, failure) => {
-                self.stats.ended(&job.entrypoint, status);
+                self.stats.ended(entry.index, status);
                 self.outcomes.finished(Outcome {
                     id: job.id,
                     status,
@@ -97,7 +116,7 @@ impl Executor<'_> {
                 failure,
                 reason,
             } => {
-                self.stats.retried(&job.entrypoint);
+                self.stats.retried(entry.index);
                 self.outcomes.requeue(Requeue {
                     id: job.id,
                     entrypoint: job.entrypoint.clone(),
@@ -106,21 +125,13 @@ impl Executor<'_> {
                 });
             }
         }
-        self.idle.release(1);
-        self.doorbell.ring_if_wanted(Wake::Outcomes);
-        self.doorbell.thread_freed(self.idle.free());
     }
 
     /// Runs the handler and decides the job's outcome.
-    fn verdict(&self, job: &Job, rng: &mut Jitter) -> Verdict {
+    fn verdict(&self, job: &Job, entry: &Entrypoint, rng: &mut Jitter) -> Verdict {
         let config = self.config;
         let canceled = || Verdict::End(Status::Canceled, None);
         let stop = self.running.stop_of(job.id).unwrap_or_default();
-        let Some(entry) = config.registry.by_name.get(&job.entrypoint) else {
-            // Cannot happen: the claim only takes our entrypoints.
-            log::error!("job {} ({}) has no handler here", job.id, job.entrypoint);
-            return Verdict::End(Status::Exception, None);
-        };
         if stop.is_cancelled() {
             return canceled();
         }
@@ -144,10 +155,10 @@ impl Executor<'_> {
         log::trace!("running job {} ({})", job.id, job.entrypoint);
         let due = job.created.max(job.execute_after);
         let waited = SystemTime::now().duration_since(due).unwrap_or_default();
-        self.stats.started(&job.entrypoint, waited);
+        self.stats.started(entry.index, waited);
         let result = catch_unwind(AssertUnwindSafe(|| (entry.handler)(job, &ctx)));
         stop.end();
-        self.stats.ran(&job.entrypoint, started.elapsed());
+        self.stats.ran(entry.index, started.elapsed());
         let failure = match result {
             Ok(Ok(())) => None,
             Ok(Err(JobError::Retry(retry))) => {

@@ -48,11 +48,24 @@ pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive
             continue;
         }
         match conn.run(|c| config.claimer.heartbeat(c, &ids)) {
-            Ok(refreshed) => log::trace!(
-                "heartbeat: {} of {} held jobs refreshed",
-                refreshed.len(),
-                ids.len()
-            ),
+            Ok(refreshed) => {
+                log::trace!(
+                    "heartbeat: {} of {} held jobs refreshed",
+                    refreshed.len(),
+                    ids.len()
+                );
+                // A held job whose row is gone or no longer ours was cancelled (or
+                // re-picked after this worker was presumed dead): its handler should
+                // stop. This also reaches handlers when no NOTIFY can (no LISTEN).
+                let lost: Vec<_> = ids
+                    .iter()
+                    .filter(|id| !refreshed.contains(id))
+                    .copied()
+                    .collect();
+                if !lost.is_empty() && running.cancel(&lost) > 0 {
+                    log::debug!("held jobs no longer ours, asked to stop: {lost:?}");
+                }
+            }
             Err(e) => {
                 log::warn!(
                     "pgqueuer heartbeat failed for {} jobs (retrying in {retry:?}): {e}",

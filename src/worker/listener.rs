@@ -24,6 +24,8 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the listener works with.
 struct Listener<'a> {
     config: &'a WorkerConfig,
+    /// Where to connect.
+    listen: &'a postgres::Config,
     doorbell: &'a Doorbell,
     running: &'a Running,
 }
@@ -35,8 +37,13 @@ pub(crate) fn run(
     running: &Running,
     alive: &Receiver<()>,
 ) {
+    let Some(listen) = &config.listen else {
+        // No LISTEN possible (see `WorkerConfig::listen`): the dispatcher polls.
+        return;
+    };
     let this = Listener {
         config,
+        listen,
         doorbell,
         running,
     };
@@ -72,7 +79,7 @@ pub(crate) fn run(
 
 impl Listener<'_> {
     fn connect(&self) -> Result<Client, postgres::Error> {
-        let mut client = self.config.connect.connect(NoTls)?;
+        let mut client = self.listen.connect(NoTls)?;
         client.batch_execute(&sql::channel_listen(&self.config.settings.channel))?;
         Ok(client)
     }

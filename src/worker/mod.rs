@@ -189,6 +189,7 @@ impl Worker {
             shutdown,
             drain,
             second: SecondLane::default(),
+            fatal: std::sync::Mutex::new(None),
         };
         // Each lane holds a sender: the executors learn from the disconnection that no job
         // can be handed over any more.
@@ -283,6 +284,9 @@ impl Worker {
             config.claimer.worker_id(),
             started.elapsed()
         );
+        if let Some(e) = state::lock(&dispatcher.fatal).take() {
+            return Err(e);
+        }
         if panicked > 0 {
             return Err(Error::Worker(format!("{panicked} worker threads panicked")));
         }

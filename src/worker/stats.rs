@@ -272,30 +272,35 @@ impl Stats {
         }
     }
 
-    /// A handler started `waited` after its job became due.
-    pub(crate) fn started(&self, entrypoint: &str, waited: Duration) {
-        if let Some(e) = self.of(entrypoint) {
+    /// The figures of the entrypoint registered `index`th (see `Registry`).
+    fn at(&self, index: usize) -> Option<&PerEntrypoint> {
+        self.entrypoints.get(index).map(|(_, e)| e)
+    }
+
+    /// A handler of the `index`th entrypoint started `waited` after its job became due.
+    pub(crate) fn started(&self, index: usize, waited: Duration) {
+        if let Some(e) = self.at(index) {
             e.start_latency.record(waited);
         }
     }
 
     /// A handler returned after `took`.
-    pub(crate) fn ran(&self, entrypoint: &str, took: Duration) {
-        if let Some(e) = self.of(entrypoint) {
+    pub(crate) fn ran(&self, index: usize, took: Duration) {
+        if let Some(e) = self.at(index) {
             e.handler.record(took);
         }
     }
 
     /// A job ended with `status` (its outcome goes to the completer).
-    pub(crate) fn ended(&self, entrypoint: &str, status: Status) {
-        if let Some(e) = self.of(entrypoint) {
+    pub(crate) fn ended(&self, index: usize, status: Status) {
+        if let Some(e) = self.at(index) {
             e.ended(status).add(1);
         }
     }
 
     /// A job was put back in the queue to run again.
-    pub(crate) fn retried(&self, entrypoint: &str) {
-        if let Some(e) = self.of(entrypoint) {
+    pub(crate) fn retried(&self, index: usize) {
+        if let Some(e) = self.at(index) {
             e.retried.add(1);
         }
     }

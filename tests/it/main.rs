@@ -10,6 +10,8 @@ mod faults;
 mod harness;
 mod limits;
 mod ops;
+mod pgbouncer;
+mod pooler;
 mod proxy;
 mod queue;
 mod scheduler;

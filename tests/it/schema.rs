@@ -194,26 +194,37 @@ fn upgrade_from_1_4_0_with_slots_but_older_indexes() {
     upgrade_from("1.4.0", true);
 }
 
+/// Eight processes' upgrades at once on an empty database converge on PgQueuer's
+/// catalog, and between them report every change exactly once: the same changes, each
+/// once, as one upgrade alone reports (each step runs under the upgrade lock and is
+/// reported by whoever made it).
 #[test]
 fn eight_concurrent_upgrades_on_an_empty_database() {
+    let alone = {
+        let db = TestDb::empty();
+        let mut changes = pgqueuer::upgrade(&mut db.client()).unwrap().changes;
+        changes.sort();
+        changes
+    };
+    assert!(!alone.is_empty());
     let db = TestDb::empty();
     let handles: Vec<_> = (0..8)
         .map(|_| {
             let config = db.config();
             std::thread::spawn(move || {
                 let mut client = config.connect(pgqueuer::postgres::NoTls).unwrap();
-                pgqueuer::upgrade(&mut client).map(|r| r.is_noop())
+                pgqueuer::upgrade(&mut client).map(|r| r.changes)
             })
         })
         .collect();
-    let results: Vec<bool> = handles
+    let mut reported: Vec<String> = handles
         .into_iter()
-        .map(|h| h.join().unwrap().unwrap())
+        .flat_map(|h| h.join().unwrap().unwrap())
         .collect();
+    reported.sort();
     assert_eq!(
-        results.iter().filter(|noop| !**noop).count(),
-        1,
-        "exactly one upgrade installs"
+        reported, alone,
+        "the eight reports together name each change once"
     );
     let mut client = db.client();
     let facts = describe_with(&mut client, &Settings::default()).unwrap();

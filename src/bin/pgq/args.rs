@@ -45,6 +45,9 @@ const AFTER_HELP: &str = "\
 Environment:
   PGQUEUER_DSN, PGDSN, DATABASE_URL, then PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE:
       where to connect, in that order, unless --dsn is given
+  PGQUEUER_POOLER: transaction when connecting through a pooler in transaction mode
+      (PgBouncer pool_mode = transaction); direct (the default) otherwise
+  PGQUEUER_LISTEN_DSN: with PGQUEUER_POOLER=transaction, a direct DSN for pgq listen
   PGQUEUER_QUEUE_TABLE, PGQUEUER_CHANNEL, ...: single object names, as in PgQueuer
   PGQUEUER_TABLEFMT (or TABLEFMT): table style: pretty (default), simple, plain, github
   RUST_LOG: log level of the program's own diagnostics (default warn)

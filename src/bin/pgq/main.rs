@@ -243,7 +243,7 @@ impl Context {
             max_size: 1,
             min_idle: 0,
             application_name: APPLICATION_NAME.into(),
-            ..Default::default()
+            ..pgqueuer::ConnectOptions::from_env()?
         };
         let pool = pgqueuer::connect_with(&self.dsn, &options)?;
         if let Ok(conn) = pool.get() {

@@ -324,6 +324,21 @@ pub(crate) fn listen(
 ) -> Outcome {
     let channel = channel.unwrap_or_else(|| ctx.settings.channel.clone());
     let mut conn = ctx.connect()?;
+    if conn.pooler() == pgqueuer::Pooler::Transaction {
+        // LISTEN through a transaction pooler hears nothing: use the direct DSN.
+        let Some(direct) = std::env::var("PGQUEUER_LISTEN_DSN")
+            .ok()
+            .filter(|d| !d.trim().is_empty())
+        else {
+            return Err(Failure::Message(
+                "PGQUEUER_POOLER=transaction: LISTEN cannot work through a transaction \
+                 pooler; set PGQUEUER_LISTEN_DSN to a direct connection (or run pgq listen \
+                 with --dsn of one and PGQUEUER_POOLER unset)"
+                    .into(),
+            ));
+        };
+        conn = pgqueuer::connect_one(&direct, "pgq")?;
+    }
     ops::listen(&mut *conn, &channel)?;
     let deadline = timeout.map(|t| Instant::now() + t);
     eprintln!("pgq: listening on channel {channel:?}; Ctrl-C to stop.");

@@ -56,6 +56,8 @@ pub fn command(dsn: Option<&str>, args: &[&str]) -> Command {
         "PGQUEUER_TABLEFMT",
         "TABLEFMT",
         "PGQUEUER_DURABILITY",
+        "PGQUEUER_POOLER",
+        "PGQUEUER_LISTEN_DSN",
     ] {
         c.env_remove(var);
     }

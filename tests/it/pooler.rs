@@ -1,0 +1,301 @@
+//! Through a real PgBouncer in transaction mode: the schema upgrade, producers, a worker
+//! (limits, retries, cancellation), the scheduler, the operator functions and `pgq` work,
+//! and leave no session setting behind; a pool not told about the pooler fails with an
+//! error naming the setting. (The fleet runs, in both modes, are in the fault suite.)
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pgqueuer::postgres::NoTls;
+use pgqueuer::{
+    Claimer, ConnectOptions, EntrypointOptions, NewJob, OnConflict, Pool, Pooler, Queue,
+    RetryPolicy, Scheduler, Status, Worker,
+};
+
+use crate::harness::{TestDb, server};
+use crate::pgbouncer::{Mode, PgBouncer};
+
+/// A pool through `bouncer` that knows it is a transaction pooler, listening directly.
+fn pool_through(bouncer: &PgBouncer, db: &TestDb, max_size: u32) -> Pool {
+    let options = ConnectOptions {
+        max_size,
+        min_idle: 0,
+        pooler: Pooler::Transaction,
+        listen_dsn: Some(db.dsn()),
+        ..ConnectOptions::default()
+    };
+    pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).expect("pool through PgBouncer")
+}
+
+fn upstream() -> (String, u16) {
+    let s = server();
+    (s.host.clone(), s.port)
+}
+
+/// Everything a producer, a worker and an operator do, through PgBouncer in transaction
+/// mode with two server connections for all of it (so that consecutive statements land
+/// on different ones): the upgrade of an empty database; single, batch, in-transaction
+/// and held-connection enqueues; a worker with a limited entrypoint, a retry and a
+/// cancelled job; `wait_for`; the operator functions; and afterwards no server
+/// connection carries a setting of ours.
+#[test]
+fn a_transaction_pooler_serves_every_part() {
+    let db = TestDb::empty();
+    let (host, port) = upstream();
+    let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
+    let pool = pool_through(&bouncer, &db, 8);
+    let report = pgqueuer::upgrade(pool.get().unwrap().client()).unwrap();
+    assert!(!report.is_noop(), "the upgrade installed the schema");
+    assert!(
+        pgqueuer::upgrade(pool.get().unwrap().client())
+            .unwrap()
+            .is_noop()
+    );
+
+    let queue = Queue::new(pool.clone());
+    let mut ids = vec![queue.enqueue(NewJob::new("free", "one")).unwrap()];
+    ids.extend(
+        queue
+            .enqueue_many(
+                &(0..20)
+                    .map(|i| NewJob::new("lim", i.to_string()))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap(),
+    );
+    {
+        let mut conn = pool.get().unwrap();
+        let mut held = queue.on(&mut *conn);
+        ids.extend(held.enqueue_many(&[NewJob::new("free", "held")]).unwrap());
+        let mut tx = conn.client().transaction().unwrap();
+        ids.push(
+            queue
+                .on(&mut tx)
+                .enqueue(NewJob::new("flaky", "tx"))
+                .unwrap(),
+        );
+        tx.commit().unwrap();
+    }
+    let skipped = queue
+        .enqueue_with(
+            &[
+                NewJob::new("free", "k").dedupe_key("k"),
+                NewJob::new("free", "k2").dedupe_key("k"),
+            ],
+            OnConflict::Skip,
+        )
+        .unwrap();
+    ids.extend(skipped.into_iter().flatten());
+    let cancelled = queue.enqueue(NewJob::new("slow", "cancel me")).unwrap();
+
+    let running_lim = Arc::new(AtomicU32::new(0));
+    let peak = Arc::new(AtomicU32::new(0));
+    let flaky_runs = Arc::new(AtomicU32::new(0));
+    let started_slow = Arc::new(Mutex::new(false));
+    let worker = {
+        let (running_lim, peak, flaky_runs, started_slow) = (
+            running_lim.clone(),
+            peak.clone(),
+            flaky_runs.clone(),
+            started_slow.clone(),
+        );
+        Worker::builder(pool.clone())
+            .threads(6)
+            .entrypoint("free", |_job, _ctx| Ok(()))
+            .entrypoint_with(
+                "lim",
+                EntrypointOptions::new().concurrency_limit(2),
+                move |_job, _ctx| {
+                    let now = running_lim.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(5));
+                    running_lim.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
+            .entrypoint_with(
+                "flaky",
+                EntrypointOptions::new().retry(
+                    RetryPolicy::exponential(
+                        3,
+                        Duration::from_millis(20),
+                        Duration::from_millis(20),
+                    )
+                    .jitter(0.0),
+                ),
+                move |_job, _ctx| {
+                    if flaky_runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                        Err("first run fails".into())
+                    } else {
+                        Ok(())
+                    }
+                },
+            )
+            .entrypoint("slow", move |_job, ctx| {
+                *started_slow.lock().unwrap() = true;
+                for _ in 0..600 {
+                    if ctx.is_cancelled() {
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err("never cancelled".into())
+            })
+            .build()
+            .unwrap()
+    };
+    let running = worker.start().unwrap();
+    let statuses = queue.wait_for(&ids, Duration::from_secs(30)).unwrap();
+    assert!(
+        statuses.values().all(|s| *s == Status::Successful),
+        "{statuses:?}"
+    );
+    crate::harness::eventually(Duration::from_secs(10), "the slow job starts", || {
+        *started_slow.lock().unwrap()
+    });
+    assert_eq!(queue.cancel(&[cancelled]).unwrap(), vec![cancelled]);
+    let status = queue
+        .wait_for(&[cancelled], Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(status[&cancelled], Status::Canceled);
+    let summary = running.stats().jobs;
+    running.shutdown_handle().shutdown();
+    running.join().unwrap();
+    assert!(peak.load(Ordering::SeqCst) <= 2, "limit 2 exceeded");
+    assert_eq!(flaky_runs.load(Ordering::SeqCst), 2);
+    assert_eq!(summary.retried, 1);
+
+    // Operator functions and inspection.
+    let mut conn = pool.get().unwrap();
+    let settings = pgqueuer::Settings::default();
+    assert!(pgqueuer::ops::active_workers(conn.client(), &settings).is_ok());
+    assert!(pgqueuer::ops::slots_in_use(conn.client(), &settings).is_ok());
+    assert!(pgqueuer::ops::aggregate_log(conn.client(), &settings).is_ok());
+    assert!(pgqueuer::ops::prune_log(conn.client(), &settings, Duration::from_secs(3600)).is_ok());
+    let audit = pgqueuer::ops::limit_audit(
+        conn.client(),
+        &settings,
+        Duration::from_secs(600),
+        Some("lim"),
+        pgqueuer::ops::AUDIT_RESOLUTION,
+    )
+    .unwrap();
+    assert!(audit.entrypoints.iter().all(|e| e.peak <= 2), "{audit:?}");
+    assert!(queue.explain(ids[0]).is_ok());
+    assert!(queue.history(ids[0]).unwrap().len() >= 3);
+    drop(conn);
+
+    // No setting of ours is left on any server connection.
+    let mut probe = bouncer
+        .dsn(&db.name)
+        .parse::<pgqueuer::postgres::Config>()
+        .unwrap()
+        .connect(NoTls)
+        .unwrap();
+    for _ in 0..20 {
+        let rows = probe.simple_query("SHOW enable_seqscan").unwrap();
+        let value = rows.iter().find_map(|m| match m {
+            pgqueuer::postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        });
+        assert_eq!(value.as_deref(), Some("on"), "a session setting leaked");
+    }
+    drop(bouncer);
+}
+
+/// A scheduler through a transaction pooler fires and releases its schedule.
+#[test]
+fn a_scheduler_works_through_a_transaction_pooler() {
+    let db = TestDb::new();
+    let (host, port) = upstream();
+    let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
+    let pool = pool_through(&bouncer, &db, 4);
+    let fired = Arc::new(AtomicU32::new(0));
+    let mut scheduler = Scheduler::new(pool);
+    let count = fired.clone();
+    scheduler
+        .threads(1)
+        .schedule("tick", "* * * * * *", move |_| {
+            count.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    let stop = scheduler.shutdown_handle();
+    let thread = std::thread::spawn(move || scheduler.run());
+    crate::harness::eventually(Duration::from_secs(10), "two firings", || {
+        fired.load(Ordering::SeqCst) >= 2
+    });
+    stop.shutdown();
+    thread.join().unwrap().unwrap();
+    drop(bouncer);
+}
+
+/// `pgq` through a transaction pooler: told with `PGQUEUER_POOLER`, its commands work.
+#[test]
+fn pgq_works_through_a_transaction_pooler() {
+    let db = TestDb::new();
+    let (host, port) = upstream();
+    let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
+    let dsn = bouncer.dsn(&db.name);
+    let run = |args: &[&str]| {
+        let out = crate::cli::command(Some(&dsn), args)
+            .env("PGQUEUER_POOLER", "transaction")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "pgq {args:?}: {text}");
+        text
+    };
+    run(&["upgrade"]);
+    run(&["verify"]);
+    assert!(run(&["queue", "hello", "world"]).contains("Enqueued"));
+    assert!(run(&["sizes"]).contains("hello"));
+    run(&["dashboard", "--json"]);
+    run(&["workers"]);
+    run(&["limits"]);
+    drop(bouncer);
+}
+
+/// A pool that was not told about the transaction pooler: a statement prepared on one
+/// server connection is run on another, and the error says which setting to use.
+#[test]
+fn a_pool_not_told_of_a_transaction_pooler_names_the_setting() {
+    let db = TestDb::new();
+    let (host, port) = upstream();
+    let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
+    let options = ConnectOptions {
+        max_size: 1,
+        min_idle: 0,
+        ..ConnectOptions::default()
+    };
+    let pool = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
+    let claimer = Claimer::builder().entrypoint("x", 0).build().unwrap();
+    let mut conn = pool.get().unwrap();
+    // Prepared (and first run) on the server connection PgBouncer hands out first.
+    claimer.claim(&mut conn, 1).unwrap();
+    // Another client's open transaction now holds that server connection (PgBouncer
+    // reuses the most recently used one), so the next run lands on the other.
+    let mut holder = bouncer
+        .dsn(&db.name)
+        .parse::<pgqueuer::postgres::Config>()
+        .unwrap()
+        .connect(NoTls)
+        .unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("SELECT 1").unwrap();
+    let err = claimer.claim(&mut conn, 1).unwrap_err();
+    let text = err.to_string();
+    assert!(err.is_pooler_mismatch(), "{err:?}");
+    assert!(
+        text.contains("PGQUEUER_POOLER=transaction") && text.contains("Pooler::Transaction"),
+        "{text}"
+    );
+    tx.rollback().unwrap();
+    drop(bouncer);
+}
