@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use pgqueuer::postgres::types::Type;
 use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
 
 struct Options {
@@ -155,14 +156,20 @@ fn record_run(
         let written = pool.get().map_err(pgqueuer::Error::from).and_then(|mut c| {
             // Idempotent: when a commit's answer is lost (a terminated connection), the
             // retry must not record the same run twice.
-            c.execute(
+            // `query_cached` with the parameter types: prepared once per connection, or
+            // unnamed through a transaction pooler (PGQUEUER_POOLER=transaction).
+            c.query_cached(
                 "INSERT INTO pgqueuer_example_runs \
                  SELECT $1::bigint, $2::text, $3::timestamptz, clock_timestamp(), $4::int \
                  WHERE NOT EXISTS (SELECT 1 FROM pgqueuer_example_runs \
                                    WHERE job_id = $1 AND started = $3 AND pid = $4)",
-                &[&job.id, &job.entrypoint, &started, &pid],
+                &[
+                    (&job.id, Type::INT8),
+                    (&job.entrypoint, Type::TEXT),
+                    (&started, Type::TIMESTAMPTZ),
+                    (&pid, Type::INT4),
+                ],
             )
-            .map_err(pgqueuer::Error::from)
         });
         match written {
             Ok(_) => return Ok(()),

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::GenericClient;
+use postgres::types::Type;
 use uuid::Uuid;
 
-use crate::connect::Conn;
+use crate::connect::{Conn, Param};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, Status, check_entrypoint};
 use crate::settings::Settings;
@@ -364,7 +365,9 @@ impl Claimer {
     /// As [`Claimer::claim`].
     pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
         self.run_claim(batch_size, None, |params| {
-            Ok(client.query(self.claim_sql(), params)?)
+            let values: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                params.iter().map(|(v, _)| *v).collect();
+            Ok(client.query(self.claim_sql(), &values)?)
         })
     }
 
@@ -374,7 +377,7 @@ impl Claimer {
         &self,
         batch_size: usize,
         ending: Option<&Ending>,
-        query: impl FnOnce(&[&(dyn postgres::types::ToSql + Sync)]) -> Result<Vec<postgres::Row>>,
+        query: impl FnOnce(&[Param<'_>]) -> Result<Vec<postgres::Row>>,
     ) -> Result<Claim> {
         let batch = i32::try_from(batch_size)
             .ok()
@@ -386,23 +389,26 @@ impl Claimer {
                 )
             })?;
         // The parameters in the order the shape binds them (see `sql::claim`).
-        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
-            &batch,
-            &self.names,
-            &self.worker_id,
-            &self.heartbeat_timeout_us,
+        let mut params: Vec<Param<'_>> = vec![
+            (&batch, Type::INT4),
+            (&self.names, Type::TEXT_ARRAY),
+            (&self.worker_id, Type::UUID),
+            (&self.heartbeat_timeout_us, Type::INT8),
         ];
         if self.capacity_gated {
-            params.push(&self.limits);
+            params.push((&self.limits, Type::INT8_ARRAY));
         }
         if let Some(budget) = &self.budget {
-            params.push(budget);
+            params.push((budget, Type::INT8));
         }
         if let Some(ending) = ending {
             params.extend([
-                &ending.ids as &(dyn postgres::types::ToSql + Sync),
-                &ending.statuses,
-                &ending.tracebacks,
+                (
+                    &ending.ids as &(dyn postgres::types::ToSql + Sync),
+                    Type::INT8_ARRAY,
+                ),
+                (&ending.statuses, Type::TEXT_ARRAY),
+                (&ending.tracebacks, Type::TEXT_ARRAY),
             ]);
         }
         match query(&params) {
@@ -461,7 +467,12 @@ impl Claimer {
             let e = all.only(pending);
             conn.query_cached(
                 &self.statements.complete,
-                &[&e.ids, &e.statuses, &e.tracebacks, &self.worker_id],
+                &[
+                    (&e.ids, Type::INT8_ARRAY),
+                    (&e.statuses, Type::TEXT_ARRAY),
+                    (&e.tracebacks, Type::TEXT_ARRAY),
+                    (&self.worker_id, Type::UUID),
+                ],
             )
         })
     }
@@ -474,7 +485,10 @@ impl Claimer {
     /// [`Error::Db`].
     pub fn heartbeat(&self, conn: &mut Conn, ids: &[JobId]) -> Result<Vec<JobId>> {
         self.until_owned_done(conn, ids, |conn, pending| {
-            conn.query_cached(&self.statements.heartbeat, &[&pending, &self.worker_id])
+            conn.query_cached(
+                &self.statements.heartbeat,
+                &[(&pending, Type::INT8_ARRAY), (&self.worker_id, Type::UUID)],
+            )
         })
     }
 
@@ -498,7 +512,12 @@ impl Claimer {
         let done = self.until_owned_done(conn, &[id], |conn, _| {
             conn.query_cached(
                 &self.statements.retry,
-                &[&id, &delay_us, &traceback, &self.worker_id],
+                &[
+                    (&id, Type::INT8),
+                    (&delay_us, Type::INT8),
+                    (&traceback, Type::TEXT),
+                    (&self.worker_id, Type::UUID),
+                ],
             )
         })?;
         Ok(!done.is_empty())
@@ -530,7 +549,10 @@ impl Claimer {
                 break;
             }
             pending = conn
-                .query_cached(&self.statements.owned, &[&pending, &self.worker_id])?
+                .query_cached(
+                    &self.statements.owned,
+                    &[(&pending, Type::INT8_ARRAY), (&self.worker_id, Type::UUID)],
+                )?
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
@@ -555,13 +577,16 @@ impl Claimer {
         conn: &mut Conn,
         entrypoints: &[&str],
     ) -> Result<Vec<(Option<i64>, u64)>> {
-        conn.query_cached(&self.statements.slots_in_use, &[&entrypoints])?
-            .iter()
-            .map(|row| {
-                let held: i64 = row.try_get("held")?;
-                Ok((row.try_get("highest")?, u64::try_from(held).unwrap_or(0)))
-            })
-            .collect()
+        conn.query_cached(
+            &self.statements.slots_in_use,
+            &[(&entrypoints, Type::TEXT_ARRAY)],
+        )?
+        .iter()
+        .map(|row| {
+            let held: i64 = row.try_get("held")?;
+            Ok((row.try_get("highest")?, u64::try_from(held).unwrap_or(0)))
+        })
+        .collect()
     }
 
     /// This claimer without the entrypoints in `left_out`; `None` when none would be left.
@@ -595,7 +620,11 @@ impl Claimer {
     pub(crate) fn next_wake(&self, conn: &mut Conn) -> Result<NextWake> {
         let row = conn.query_one_cached(
             &self.statements.next_due,
-            &[&self.names, &self.heartbeat_timeout_us, &self.worker_id],
+            &[
+                (&self.names, Type::TEXT_ARRAY),
+                (&self.heartbeat_timeout_us, Type::INT8),
+                (&self.worker_id, Type::UUID),
+            ],
         )?;
         let until = |column: &str| -> Result<Option<Duration>> {
             let us: Option<i64> = row.try_get(column)?;

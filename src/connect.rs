@@ -52,9 +52,9 @@ pub enum Pooler {
     Direct,
     /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): consecutive
     /// transactions may run on different server connections, so nothing may outlive a
-    /// transaction. Per-job statements run unnamed with their parameter types (learned
-    /// once per connection inside a transaction), one round trip each as before; no
-    /// session setting is made; the upgrade lock is taken per transaction. LISTEN cannot
+    /// transaction. Every statement runs unnamed with its declared parameter types, one
+    /// round trip each as before; no session setting is made; the upgrade lock is taken
+    /// per transaction. LISTEN cannot
     /// work through such a pooler: the worker listens on `listen_dsn` when one is given
     /// and otherwise polls, saying so at start.
     Transaction,
@@ -78,25 +78,28 @@ impl Pooler {
     }
 }
 
-/// The per-connection statement cache: prepared statements, or, through a transaction
-/// pooler, the parameter types of statements that run unnamed.
+/// A statement parameter with its type. Every statement this crate runs names its
+/// parameter types, so that through a transaction pooler it can run unnamed in one
+/// round trip with nothing to describe first; on a direct connection the types are
+/// checked against the server's (in debug builds) when the statement is prepared.
+pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+/// The per-connection statement cache: prepared statements, unless a transaction pooler
+/// forbids names.
 #[derive(Default)]
 struct Statements {
     pooler: Pooler,
     prepared: HashMap<String, Statement>,
-    types: HashMap<String, Vec<Type>>,
 }
 
 impl Statements {
     /// Runs `sql` with `params` on `client`: a statement prepared on first use, or, for a
-    /// transaction pooler, an unnamed one with the types learned on first use. Inside a
-    /// transaction of the caller's (`in_transaction`), the types are learned in it.
+    /// transaction pooler, an unnamed one with the given types.
     fn query<C: GenericClient>(
         &mut self,
         client: &mut C,
         sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-        in_transaction: bool,
+        params: &[Param<'_>],
     ) -> Result<Vec<Row>> {
         match self.pooler {
             Pooler::Direct => {
@@ -104,84 +107,42 @@ impl Statements {
                     Some(statement) => statement.clone(),
                     None => {
                         let statement = client.prepare(sql)?;
+                        debug_assert_eq!(
+                            statement.params(),
+                            params.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+                            "declared parameter types of {sql}"
+                        );
                         self.prepared.insert(sql.to_owned(), statement.clone());
                         statement
                     }
                 };
-                Ok(client.query(&statement, params)?)
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                Ok(client.query(&statement, &values)?)
             }
-            Pooler::Transaction => {
-                if !self.types.contains_key(sql) {
-                    let types = describe(client, sql, in_transaction)?;
-                    self.types.insert(sql.to_owned(), types);
-                }
-                let types = &self.types[sql];
-                if types.len() != params.len() {
-                    return Err(Error::Unexpected(format!(
-                        "statement takes {} parameters, {} given",
-                        types.len(),
-                        params.len()
-                    )));
-                }
-                let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
-                    .iter()
-                    .zip(types)
-                    .map(|(p, t)| (*p, t.clone()))
-                    .collect();
-                Ok(client.query_typed(sql, &typed)?)
-            }
+            Pooler::Transaction => Ok(client.query_typed(sql, params)?),
         }
     }
 }
 
-/// The parameter types of `sql`, from a statement prepared and closed within one
-/// transaction (so that, through a transaction pooler, both reach the same server
-/// connection and nothing is left on it).
-fn describe<C: GenericClient>(
-    client: &mut C,
-    sql: &str,
-    in_transaction: bool,
-) -> Result<Vec<Type>> {
-    if in_transaction {
-        let statement = client.prepare(sql)?;
-        return Ok(statement.params().to_vec());
-    }
-    let mut tx = client.transaction()?;
-    let types = {
-        let statement = tx.prepare(sql)?;
-        statement.params().to_vec()
-        // Dropping the statement closes it, before the commit.
-    };
-    tx.commit()?;
-    Ok(types)
-}
-
-/// Runs one statement given as text through any client, in a transaction of its own (a
-/// savepoint inside the caller's): the driver prepares it, runs it and closes it in
-/// three exchanges, which through a transaction pooler must all reach one server
-/// connection. For one-shot statements (operator functions, the schema); per-job ones
-/// go through [`Conn::query_cached`].
+/// Runs a one-shot statement given as text through any client, unnamed with its
+/// parameter types: one round trip, nothing prepared, so it works through a transaction
+/// pooler too. For operator functions and the schema; per-job statements go through
+/// [`Conn::query_cached`].
 pub(crate) fn query_alone<C: GenericClient>(
     client: &mut C,
     sql: &str,
-    params: &[&(dyn ToSql + Sync)],
+    params: &[Param<'_>],
 ) -> Result<Vec<Row>> {
-    let mut tx = client.transaction()?;
-    let rows = tx.query(sql, params)?;
-    tx.commit()?;
-    Ok(rows)
+    Ok(client.query_typed(sql, params)?)
 }
 
 /// As [`query_alone`], for a statement that returns exactly one row.
 pub(crate) fn query_one_alone<C: GenericClient>(
     client: &mut C,
     sql: &str,
-    params: &[&(dyn ToSql + Sync)],
+    params: &[Param<'_>],
 ) -> Result<Row> {
-    let mut tx = client.transaction()?;
-    let row = tx.query_one(sql, params)?;
-    tx.commit()?;
-    Ok(row)
+    Ok(client.query_typed_one(sql, params)?)
 }
 
 /// A transaction on a [`Conn`] that keeps using its statement cache
@@ -193,12 +154,8 @@ pub(crate) struct CachedTransaction<'a> {
 
 impl CachedTransaction<'_> {
     /// As [`Conn::query_cached`], inside the transaction.
-    pub(crate) fn query_cached(
-        &mut self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>> {
-        self.statements.query(&mut self.tx, sql, params, true)
+    pub(crate) fn query_cached(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
+        self.statements.query(&mut self.tx, sql, params)
     }
 
     pub(crate) fn commit(self) -> Result<()> {
@@ -226,20 +183,29 @@ impl Conn {
         Ok(statement)
     }
 
-    /// Runs `sql` with `params` in one round trip, prepared once per connection, or
-    /// unnamed with its parameter types where a transaction pooler forbids names.
+    /// Runs `sql` with `params` (each with its type) in one round trip: prepared once per
+    /// connection, or unnamed where a transaction pooler forbids names. The statement
+    /// for code that must work through either (see [`Pooler`]).
     ///
     /// # Errors
     /// The database's error.
-    pub fn query_cached(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-        self.statements.query(&mut self.client, sql, params, false)
+    pub fn query_cached(
+        &mut self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>> {
+        self.statements.query(&mut self.client, sql, params)
     }
 
     /// As [`Conn::query_cached`], for a statement that returns exactly one row.
     ///
     /// # Errors
     /// The database's error, or [`Error::Unexpected`] for another number of rows.
-    pub fn query_one_cached(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row> {
+    pub fn query_one_cached(
+        &mut self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Row> {
         let mut rows = self.query_cached(sql, params)?;
         match rows.len() {
             1 => Ok(rows.remove(0)),
@@ -333,10 +299,7 @@ impl fmt::Debug for Conn {
         f.debug_struct("Conn")
             .field("closed", &self.client.is_closed())
             .field("pooler", &self.statements.pooler)
-            .field(
-                "statements",
-                &(self.statements.prepared.len() + self.statements.types.len()),
-            )
+            .field("statements", &self.statements.prepared.len())
             .finish_non_exhaustive()
     }
 }

@@ -41,6 +41,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use postgres::types::Type;
 use postgres::{GenericClient, Row};
 use uuid::Uuid;
 
@@ -299,7 +300,8 @@ pub fn format_timestamp(t: SystemTime) -> String {
 pub fn aggregate_log<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Aggregation> {
     settings.validate()?;
     let key = statistics_lock_name(settings);
-    let row = connect::query_one_alone(client, &sql::log_aggregate(settings), &[&key])?;
+    let row =
+        connect::query_one_alone(client, &sql::log_aggregate(settings), &[(&key, Type::TEXT)])?;
     let locked: bool = row.try_get("locked")?;
     if !locked {
         return Ok(Aggregation::Busy);
@@ -332,7 +334,7 @@ pub fn prune_log<C: GenericClient>(
     let micros = micros_of("older_than", older_than)?;
     let key = statistics_lock_name(settings);
     let mut tx = client.transaction()?;
-    tx.execute(sql::STATISTICS_LOCK, &[&key])?;
+    tx.query_typed(sql::STATISTICS_LOCK, &[(&key, Type::TEXT)])?;
     let aggregated = match aggregate_log(&mut tx, settings)? {
         Aggregation::Folded { log_rows, .. } => log_rows,
         // The lock is ours; the try-lock of the same session cannot fail.
@@ -342,7 +344,7 @@ pub fn prune_log<C: GenericClient>(
             ));
         }
     };
-    let deleted = tx.execute(&sql::log_delete_before(settings), &[&micros])?;
+    let deleted = tx.execute_typed(&sql::log_delete_before(settings), &[(&micros, Type::INT8)])?;
     tx.commit()?;
     Ok(Pruned {
         aggregated,
@@ -368,7 +370,7 @@ pub fn stale_jobs<C: GenericClient>(
     connect::query_alone(
         client,
         &sql::queue_select_stale(settings),
-        &[&micros, &limit],
+        &[(&micros, Type::INT8), (&limit, Type::INT8)],
     )?
     .iter()
     .map(StaleJob::from_row)
@@ -433,13 +435,17 @@ pub fn limit_audit<C: GenericClient>(
     let rows = connect::query_alone(
         client,
         &sql::log_limit_audit(settings),
-        &[&window_us, &entrypoint, &resolution_us],
+        &[
+            (&window_us, Type::INT8),
+            (&entrypoint, Type::TEXT),
+            (&resolution_us, Type::INT8),
+        ],
     )?;
     let Some(first) = rows.first() else {
         let count: i64 = connect::query_one_alone(
             client,
             &sql::log_count_since(settings),
-            &[&window_us, &entrypoint],
+            &[(&window_us, Type::INT8), (&entrypoint, Type::TEXT)],
         )?
         .get(0);
         return Ok(LimitAudit {
@@ -483,7 +489,7 @@ pub fn throughput<C: GenericClient>(
     connect::query_alone(
         client,
         &sql::statistics_select_throughput(settings),
-        &[&micros],
+        &[(&micros, Type::INT8)],
     )?
     .iter()
     .map(|row| {

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use postgres::types::Type;
 use uuid::Uuid;
 
 use super::Queue;
@@ -108,7 +109,7 @@ impl Queue {
     /// # Errors
     /// [`crate::Error::Pool`] or [`crate::Error::Db`].
     pub fn explain_with(&self, id: JobId, heartbeat_timeout: Duration) -> Result<Explanation> {
-        let rows = self.query(&self.sql.explain_job, &[&id])?;
+        let rows = self.query(&self.sql.explain_job, &[(&id, Type::INT8)])?;
         let Some(row) = rows.first() else {
             let history = self.history(id)?;
             return Ok(match history.into_iter().next_back() {
@@ -141,11 +142,15 @@ impl Queue {
             _ => {
                 let ahead = self.query(
                     &self.sql.count_ahead,
-                    &[&job.entrypoint, &job.priority, &job.id],
+                    &[
+                        (&job.entrypoint, Type::TEXT),
+                        (&job.priority, Type::INT4),
+                        (&job.id, Type::INT8),
+                    ],
                 )?;
                 let ahead: i64 = ahead.first().map_or(Ok(0), |r| r.try_get(0))?;
                 let holders = self
-                    .query(&self.sql.select_holders, &[&job.entrypoint])?
+                    .query(&self.sql.select_holders, &[(&job.entrypoint, Type::TEXT)])?
                     .iter()
                     .map(|r| {
                         let age: f64 = r.try_get("heartbeat_age")?;

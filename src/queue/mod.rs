@@ -18,7 +18,7 @@ use serde_json::Value;
 pub use explain::{Explanation, SlotHolder};
 pub use new_job::NewJob;
 
-use crate::connect::{Conn, Pool};
+use crate::connect::{Conn, Param, Pool};
 use crate::error::{Error, Result};
 use crate::events::{Cancellation, Event, Operation, TableChanged};
 use crate::job::{FailedJob, Failure, Job, JobId, LogEntry, Status, status_of};
@@ -263,7 +263,9 @@ impl Queue {
         }
         let names: Vec<&str> = entrypoints.iter().map(AsRef::as_ref).collect();
         let mut conn = self.pool.get()?;
-        Ok(conn.query_cached(&self.sql.clear, &[&names])?.len() as u64)
+        Ok(conn
+            .query_cached(&self.sql.clear, &[(&names, Type::TEXT_ARRAY)])?
+            .len() as u64)
     }
 
     /// Up to `limit` held (`failed`) jobs, oldest first, each with the failure that put
@@ -273,7 +275,7 @@ impl Queue {
     /// [`Error::Pool`] or [`Error::Db`].
     pub fn list_failed(&self, limit: usize) -> Result<Vec<FailedJob>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.query(&self.sql.select_failed, &[&limit])?
+        self.query(&self.sql.select_failed, &[(&limit, Type::INT8)])?
             .iter()
             .map(|row| {
                 let failure: Option<Value> = row.try_get("failure")?;
@@ -301,7 +303,7 @@ impl Queue {
     /// # Errors
     /// [`Error::Pool`] or [`Error::Db`].
     pub fn history(&self, id: JobId) -> Result<Vec<LogEntry>> {
-        self.query(&self.sql.log_select_job, &[&id])?
+        self.query(&self.sql.log_select_job, &[(&id, Type::INT8)])?
             .iter()
             .map(LogEntry::from_row)
             .collect()
@@ -316,7 +318,7 @@ impl Queue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.query(&self.sql.select, &[&ids])?
+        self.query(&self.sql.select, &[(&ids, Type::INT8_ARRAY)])?
             .iter()
             .map(Job::from_row)
             .collect()
@@ -415,16 +417,22 @@ impl Queue {
     ) -> Result<Vec<JobId>> {
         let mut conn = self.pool.get()?;
         let mut tx = conn.transaction_cached()?;
-        let changed = ids_of(&tx.query_cached(change, &[&ids])?)?;
+        let changed = ids_of(&tx.query_cached(change, &[(&ids, Type::INT8_ARRAY)])?)?;
         if !changed.is_empty() {
-            tx.query_cached(CHANNEL_NOTIFY_MANY, &[&self.sql.channel, &events(&changed)])?;
+            tx.query_cached(
+                CHANNEL_NOTIFY_MANY,
+                &[
+                    (&self.sql.channel, Type::TEXT),
+                    (&events(&changed), Type::TEXT_ARRAY),
+                ],
+            )?;
         }
         tx.commit()?;
         Ok(changed)
     }
 
     /// Runs `sql` with `params` on a pooled connection, prepared once per connection.
-    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+    fn query(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
         self.pool.get()?.query_cached(sql, params)
     }
 
@@ -549,12 +557,7 @@ impl EnqueueTarget for Conn {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>> {
-        if self.pooler() == crate::Pooler::Transaction {
-            // The types are at hand: no statement to name or describe.
-            return Ok(self.client().query_typed(sql, params)?);
-        }
-        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(p, _)| *p).collect();
-        self.query_cached(sql, &values)
+        self.query_cached(sql, params)
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::Type;
 use postgres::{Client, NoTls};
 
 use super::Queue;
@@ -80,7 +81,7 @@ impl Queue {
             Some(wait) => self.pool.get_timeout(wait)?,
             None => self.pool.get()?,
         };
-        conn.query_cached(&self.sql.log_select_latest, &[&ids])?
+        conn.query_cached(&self.sql.log_select_latest, &[(&ids, Type::INT8_ARRAY)])?
             .iter()
             .map(|row| Ok((row.try_get::<_, JobId>("job_id")?, status_of(row)?)))
             .collect()

@@ -24,6 +24,7 @@
 use std::time::SystemTime;
 
 use postgres::GenericClient;
+use postgres::types::Type;
 
 use crate::connect::query_alone;
 use crate::error::Result;
@@ -118,5 +119,10 @@ pub fn remove<S: AsRef<str>>(
     }
     let names: Vec<&str> = entrypoints.iter().map(AsRef::as_ref).collect();
     let sql = ScheduleSql::new(settings);
-    Ok(query_alone(client, &sql.delete, &[&ids, &names])?.len() as u64)
+    Ok(query_alone(
+        client,
+        &sql.delete,
+        &[(&ids, Type::INT8_ARRAY), (&names, Type::TEXT_ARRAY)],
+    )?
+    .len() as u64)
 }

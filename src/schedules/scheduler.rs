@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, select};
+use postgres::types::Type;
 
 use super::{Schedule, ScheduleId};
 use crate::connect::Pool;
@@ -330,7 +331,10 @@ impl Scheduler {
             let names: Vec<&str> = self.clean_old.iter().map(String::as_str).collect();
             let no_ids: &[ScheduleId] = &[];
             let removed = conn
-                .query_cached(&self.sql.delete, &[&no_ids, &names])?
+                .query_cached(
+                    &self.sql.delete,
+                    &[(&no_ids, Type::INT8_ARRAY), (&names, Type::TEXT_ARRAY)],
+                )?
                 .len();
             log::info!("removed {removed} old schedule(s) of {names:?}");
         }
@@ -353,7 +357,14 @@ impl Scheduler {
             .iter()
             .map(|r| micros_until(now, r.cron.next_after(now)))
             .collect();
-        conn.query_cached(&self.sql.insert, &[&expressions, &entrypoints, &delays])?;
+        conn.query_cached(
+            &self.sql.insert,
+            &[
+                (&expressions, Type::TEXT_ARRAY),
+                (&entrypoints, Type::TEXT_ARRAY),
+                (&delays, Type::INT8_ARRAY),
+            ],
+        )?;
         Ok(())
     }
 }
@@ -446,7 +457,12 @@ impl Runner<'_> {
         }
         conn.query_cached(
             &self.sql.claim_due,
-            &[&expressions, &entrypoints, &next, &following],
+            &[
+                (&expressions, Type::TEXT_ARRAY),
+                (&entrypoints, Type::TEXT_ARRAY),
+                (&next, Type::INT8_ARRAY),
+                (&following, Type::INT8_ARRAY),
+            ],
         )?
         .iter()
         .map(Schedule::from_row)
@@ -506,7 +522,7 @@ impl Runner<'_> {
     fn release(&self, id: ScheduleId) {
         for attempt in 1..=RELEASE_ATTEMPTS {
             let result = self.pool.get().map_err(Error::from).and_then(|mut conn| {
-                conn.query_cached(&self.sql.release, &[&vec![id]])?;
+                conn.query_cached(&self.sql.release, &[(&vec![id], Type::INT8_ARRAY)])?;
                 Ok(())
             });
             match result {
@@ -535,7 +551,7 @@ impl Runner<'_> {
                 continue;
             }
             let result = self.pool.get().map_err(Error::from).and_then(|mut conn| {
-                conn.query_cached(&self.sql.heartbeat, &[&ids])?;
+                conn.query_cached(&self.sql.heartbeat, &[(&ids, Type::INT8_ARRAY)])?;
                 Ok(())
             });
             if let Err(e) = result {

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 
+use postgres::types::Type;
 use postgres::{Client, GenericClient};
 
 use crate::connect::{query_alone, query_one_alone};
@@ -129,7 +130,7 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
         // each reports the changes its own steps made (read under the lock), so every
         // change is reported by exactly one of them.
         let mut tx = client.transaction()?;
-        tx.query(sql::ADVISORY_XACT_LOCK, &[&key])?;
+        tx.query_typed(sql::ADVISORY_XACT_LOCK, &[(&key, Type::INT8)])?;
         tx.batch_execute(sql::QUIET_NOTICES)?;
         let before = describe_in(&mut tx, settings)?;
         tx.batch_execute(step)?;

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use postgres::Client;
+use postgres::types::Type;
 
 use crate::connect::query_one_alone;
 use crate::error::Result;
@@ -110,8 +111,9 @@ pub(crate) fn plan(client: &mut Client, settings: &Settings) -> Result<UpgradePl
     };
     let mut out = UpgradePlan::default();
     if settings.schema.is_some() {
-        let exists = query_one_alone(client, sql::SCHEMA_EXISTS, &[&schema.to_ascii_lowercase()])?
-            .get::<_, bool>(0);
+        let lower = schema.to_ascii_lowercase();
+        let exists =
+            query_one_alone(client, sql::SCHEMA_EXISTS, &[(&lower, Type::TEXT)])?.get::<_, bool>(0);
         if !exists {
             out.statements.push(sql::schema_create(&schema));
         }

@@ -27,7 +27,6 @@ impl Mode {
 
 pub struct PgBouncer {
     pub port: u16,
-    pub mode: Mode,
     dir: PathBuf,
     child: Child,
 }
@@ -119,12 +118,7 @@ impl PgBouncer {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let mut bouncer = PgBouncer {
-            port,
-            mode,
-            dir,
-            child,
-        };
+        let mut bouncer = PgBouncer { port, dir, child };
         bouncer.wait_ready();
         eprintln!(
             "pgqueuer tests: PgBouncer ({}) on 127.0.0.1:{port}, pool size {default_pool_size}",

@@ -20,6 +20,7 @@ mod summary;
 mod bad_input;
 mod blocked;
 mod pool;
+mod pooler;
 mod restart;
 mod sigkill;
 mod soak;

@@ -24,10 +24,18 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(label: &str, dsn: &str, args: &[String]) -> Proc {
+        Proc::spawn_env(label, dsn, args, &[])
+    }
+
+    /// As [`Proc::spawn`], with these variables set too (`PGQUEUER_POOLER`, say).
+    pub fn spawn_env(label: &str, dsn: &str, args: &[String], env: &[(&str, &str)]) -> Proc {
         let mut child = Command::new(worker_binary())
             .arg("--dsn")
             .arg(dsn)
             .args(args)
+            .env_remove("PGQUEUER_POOLER")
+            .env_remove("PGQUEUER_LISTEN_DSN")
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
