@@ -265,6 +265,12 @@ impl Throwaway {
         self.pg_ctl(&["-m", "fast", "stop"])
     }
 
+    /// Stops the server as a crash would (`pg_ctl stop -m immediate`: every process
+    /// quits at once, nothing is checkpointed; the next start replays the WAL).
+    pub fn crash(&self) -> Result<(), String> {
+        self.pg_ctl(&["-m", "immediate", "stop"])
+    }
+
     /// Stops and starts the server (fast shutdown) and waits until it accepts connections.
     pub fn restart(&self) -> Result<(), String> {
         // `-l` here too: a server writing to pg_ctl's stdout would hold our pipe open.

@@ -3,6 +3,11 @@
 //! It proves how many statements and round trips a call costs, independent of server
 //! statistics (which are reported late) and of extensions (pg_stat_statements may be
 //! absent).
+//!
+//! It can also be frozen ([`CountingProxy::freeze`]): every packet to or from its port is
+//! dropped by the kernel, without a FIN or RST, as a network path that goes silent
+//! does. (A proxy that merely stopped forwarding would still have its kernel acknowledge
+//! everything, which no timeout of a client's TCP stack can tell from a slow server.)
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -101,6 +106,84 @@ impl CountingProxy {
     /// Every tag's count, for "nothing at all was sent" checks.
     pub fn total(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::SeqCst)).sum()
+    }
+}
+
+impl CountingProxy {
+    /// Black-holes the proxy's port until the returned guard is dropped: the kernel
+    /// drops every packet to or from it (a `tc` classifier on `lo` sends them to a queue
+    /// of length 0), while the rest of the machine's loopback traffic flows. Needs `tc`
+    /// (iproute2) and CAP_NET_ADMIN.
+    pub fn freeze(&self) -> Frozen {
+        Frozen::port(self.port)
+    }
+}
+
+/// A black-holed port; dropping it lets packets through again.
+pub struct Frozen {
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+/// One black hole at a time: they share the root queueing discipline of `lo`.
+static BLACK_HOLE: Mutex<()> = Mutex::new(());
+
+fn tc(args: &str) -> Result<(), String> {
+    let out = std::process::Command::new("tc")
+        .args(args.split_whitespace())
+        .output()
+        .map_err(|e| {
+            format!(
+                "cannot run tc ({e}): the black-hole test needs iproute2's tc (apt-get install \
+                 iproute2, which .ci/run does) and CAP_NET_ADMIN"
+            )
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "tc {args}: {} (the black-hole test needs CAP_NET_ADMIN and the htb, pfifo and \
+             u32 traffic-control modules)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Frozen {
+    fn port(port: u16) -> Frozen {
+        let turn = BLACK_HOLE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A leftover of a killed run goes first.
+        let _ = tc("qdisc del dev lo root");
+        let setup = [
+            "qdisc add dev lo root handle 1: htb default 1".to_owned(),
+            "class add dev lo parent 1: classid 1:1 htb rate 100gbit".to_owned(),
+            "class add dev lo parent 1: classid 1:2 htb rate 100gbit".to_owned(),
+            "qdisc add dev lo parent 1:2 handle 20: pfifo limit 0".to_owned(),
+            format!(
+                "filter add dev lo parent 1: protocol ip prio 1 u32 match ip dport {port} 0xffff \
+                 flowid 1:2"
+            ),
+            format!(
+                "filter add dev lo parent 1: protocol ip prio 1 u32 match ip sport {port} 0xffff \
+                 flowid 1:2"
+            ),
+        ];
+        for step in &setup {
+            if let Err(e) = tc(step) {
+                let _ = tc("qdisc del dev lo root");
+                panic!("{e}");
+            }
+        }
+        Frozen { _turn: turn }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Err(e) = tc("qdisc del dev lo root") {
+            eprintln!("could not lift the black hole: {e}");
+        }
     }
 }
 

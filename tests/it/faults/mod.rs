@@ -18,9 +18,12 @@ mod summary;
 
 // One file per fault.
 mod bad_input;
+mod blackhole;
 mod blocked;
+mod crash;
 mod pool;
 mod pooler;
+mod rescue;
 mod restart;
 mod sigkill;
 mod soak;

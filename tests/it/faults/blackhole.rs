@@ -1,0 +1,157 @@
+//! A black-holed network: the path between the workers and the server stops carrying
+//! packets, with no FIN or RST, and comes back.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use super::checks::{
+    Producer, RUNS_DDL, assert_limits, count, max_overlap, outcomes, successful, wait_all_done,
+};
+use super::process::{assert_running, digest, spawn_fleet, terminate_all, worker_args};
+use super::summary::{Row, concurrency, report};
+use crate::harness::TestDb;
+use crate::proxy::CountingProxy;
+
+/// The network deadline the workers run with (`tcp_user_timeout` in their DSN): a
+/// connection with a statement in flight fails this long after the path went silent.
+const DEADLINE_S: u64 = 3;
+
+/// How long the path stays silent: well past the deadline, so every connection the
+/// workers hold is found dead while it lasts.
+const FROZEN: Duration = Duration::from_secs(9);
+
+/// Two worker processes reach the server only through a proxy whose port is then
+/// black-holed for 9 s while a producer keeps enqueueing directly: the workers' pool
+/// connections, listeners and heartbeats notice within the network deadline (3 s),
+/// reconnect by themselves once the path returns, and every job ends with the limit
+/// held.
+#[test]
+fn a_black_holed_network_is_noticed_and_survived() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client.batch_execute(RUNS_DDL).unwrap();
+    let proxy = CountingProxy::start();
+    let through = format!(
+        "{}?tcp_user_timeout={DEADLINE_S}&connect_timeout=2",
+        proxy.dsn(&db.name)
+    );
+    let plan = [("lim", 2, 30, 0), ("free", 0, 5, 0)];
+    let limits: Vec<(&str, u32)> = plan.iter().map(|p| (p.0, p.1)).collect();
+    // Heartbeats outlast the silence: a job held through it is not re-picked meanwhile.
+    let args = worker_args(
+        &plan,
+        &["--threads", "3", "--heartbeat-timeout", "30", "--record"],
+    );
+    let mut procs = spawn_fleet(2, &through, &args);
+    let producer = Producer::start(&db.dsn(), &["lim", "free"], Duration::from_millis(50));
+    std::thread::sleep(Duration::from_millis(1_500));
+    let frozen = proxy.freeze();
+    let frozen_at = SystemTime::now();
+    std::thread::sleep(FROZEN);
+    // Every worker has noticed by now: its connections are failing, not waiting.
+    let noticed: Vec<bool> = procs.iter().map(|p| noticed(&p.stderr())).collect();
+    drop(frozen);
+    let thawed = Instant::now();
+    let thawed_at = SystemTime::now();
+    let first_run_after = first_run_after(&mut client, thawed_at, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1_500));
+    let produced = producer.finish();
+    let ids = &produced.ids;
+    let lost = wait_all_done(&mut client, ids, Duration::from_secs(60));
+    let recovered = thawed.elapsed();
+    // With the default 30 s dequeue timeout, a job enqueued now starts at once only if
+    // the workers' listeners reconnected and hear its NOTIFY.
+    let queue = pgqueuer::Queue::new(db.pool(1));
+    let mut latencies = Vec::new();
+    for i in 0..4 {
+        let sent = Instant::now();
+        let id = queue
+            .enqueue(pgqueuer::NewJob::new("free", format!("after {i}")))
+            .unwrap();
+        let _ = queue.wait_for(&[id], Duration::from_secs(40));
+        latencies.push(sent.elapsed());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_running(&mut procs);
+    let max = max_overlap(&mut client);
+    let done = outcomes(&mut client, ids);
+    for p in &procs {
+        eprintln!("worker {} reported {:?}", p.label, digest(&p.stderr()));
+    }
+    let ran_during: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pgqueuer_example_runs WHERE started > $1 AND started < $2",
+            &[&(frozen_at + Duration::from_secs(1)), &thawed_at],
+        )
+        .unwrap()
+        .get(0);
+    eprintln!(
+        "black hole: {} jobs, outcomes {done:?}, noticed {noticed:?}, first run {:?} after \
+         the path returned, all done {recovered:?} after it, runs started while frozen \
+         {ran_during}, latencies after {latencies:?}, overlap {max:?}",
+        ids.len(),
+        first_run_after
+    );
+    report(Row {
+        test: "network black hole",
+        faults: format!("{FROZEN:?} silent path (deadline {DEADLINE_S} s)"),
+        enqueued: ids.len(),
+        completed: successful(&done),
+        lost: lost.len(),
+        concurrency: concurrency(&max, &limits),
+    });
+    assert!(lost.is_empty(), "lost jobs: {lost:?}");
+    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+    assert!(
+        latencies.iter().all(|l| *l < Duration::from_secs(3)),
+        "jobs enqueued after the path returned waited {latencies:?}: a listener did not \
+         reconnect"
+    );
+    assert!(
+        noticed.iter().all(|n| *n),
+        "a worker did not notice the silent path within {FROZEN:?}: {noticed:?}"
+    );
+    assert_eq!(ran_during, 0, "no job can start while the path is silent");
+    assert!(
+        first_run_after.is_some_and(|d| d < Duration::from_secs(15)),
+        "the fleet took {first_run_after:?} to run a job after the path returned"
+    );
+    assert_limits(&max, &limits);
+    terminate_all(&mut procs);
+}
+
+/// A worker's stderr shows that a connection was found dead (a failed statement or a
+/// reconnect), not merely slow.
+fn noticed(stderr: &str) -> bool {
+    [
+        "timed out",
+        "connection",
+        "Connection",
+        "listener lost",
+        "cannot connect",
+    ]
+    .iter()
+    .any(|needle| stderr.contains(needle))
+}
+
+/// How long after `at` the first recorded run started, waiting up to `limit`.
+fn first_run_after(
+    client: &mut pgqueuer::postgres::Client,
+    at: SystemTime,
+    limit: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let first: Option<SystemTime> = client
+            .query_one(
+                "SELECT min(started) FROM pgqueuer_example_runs WHERE started >= $1",
+                &[&at],
+            )
+            .unwrap()
+            .get(0);
+        if let Some(first) = first {
+            return Some(first.duration_since(at).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
