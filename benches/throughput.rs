@@ -8,7 +8,8 @@
 //! - `PGQ_BENCH_WINDOW` seconds per flow measurement (default 10), after 2 s of warm-up;
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
 //!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and batch);
-//! - `PGQ_BENCH_SHAPES` a comma-separated subset of `flow,drain,limits,latency,memory`,
+//! - `PGQ_BENCH_SHAPES` a comma-separated subset of
+//!   `flow,drain,limits,latency,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI.
@@ -22,13 +23,32 @@
 //! - latency: enqueue-to-handler-start on an idle worker (one job at a time) and under a
 //!   steady trickle of 200 jobs/s.
 //! - memory: peak RSS of this process (a 16-thread worker plus producers) after the runs.
+//! - pgbouncer: PgQueuer's flow shape direct and through a real PgBouncer in transaction
+//!   mode (8 server connections; the worker listens directly), and their ratio. Needs
+//!   `pgbouncer` (installed with apt-get when missing and run as root;
+//!   `PGQUEUER_PGBOUNCER` names another).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pgqueuer::postgres::{Client, Config, NoTls};
-use pgqueuer::{EntrypointOptions, NewJob, Pool, Queue, Worker};
+use pgqueuer::{EntrypointOptions, NewJob, Pool, Pooler, Queue, Worker};
+
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "shared with the tests, which use all of it"
+)]
+#[path = "../tests/it/apt.rs"]
+mod apt;
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "shared with the tests, which use all of it"
+)]
+#[path = "../tests/it/pgbouncer.rs"]
+mod pgbouncer;
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
     std::env::var(key)
@@ -92,6 +112,16 @@ impl BenchDb {
             ..Default::default()
         };
         pgqueuer::connect_with(&self.dsn, &options).unwrap()
+    }
+
+    /// The server's host and port, for a PgBouncer in front of it.
+    fn upstream(&self) -> (String, u16) {
+        let config: Config = self.dsn.parse().unwrap();
+        let host = match config.get_hosts().first() {
+            Some(pgqueuer::postgres::config::Host::Tcp(h)) => h.clone(),
+            _ => "127.0.0.1".into(),
+        };
+        (host, config.get_ports().first().copied().unwrap_or(5432))
     }
 
     /// Empties the tables and checkpoints, so every run starts alike.
@@ -161,6 +191,34 @@ fn flow(
     window: Duration,
 ) -> (f64, u64) {
     let pool = db.pool(u32::try_from(producers).unwrap() + 4);
+    flow_on(
+        &pool,
+        db,
+        threads,
+        batch,
+        producers,
+        producer_batch,
+        limit,
+        window,
+    )
+}
+
+/// [`flow`] on a pool of the caller's (through a pooler, say).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a benchmark shape is its parameters"
+)]
+fn flow_on(
+    pool: &Pool,
+    db: &BenchDb,
+    threads: usize,
+    batch: usize,
+    producers: usize,
+    producer_batch: usize,
+    limit: u32,
+    window: Duration,
+) -> (f64, u64) {
+    let pool = pool.clone();
     db.reset(&pool);
     let counter = Arc::new(AtomicU64::new(0));
     let running = worker(&pool, threads, batch, limit, &counter)
@@ -365,7 +423,7 @@ fn main() {
     let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
     let shapes: String = env_or(
         "PGQ_BENCH_SHAPES",
-        "flow,drain,limits,latency,memory".to_owned(),
+        "flow,drain,limits,latency,memory,pgbouncer".to_owned(),
     );
     let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
     let db = BenchDb::create();
@@ -503,6 +561,40 @@ fn main() {
             "ms",
             String::new(),
         );
+    }
+    if wants("pgbouncer") {
+        let (host, port) = db.upstream();
+        let bouncer = pgbouncer::PgBouncer::start(pgbouncer::Mode::Transaction, (&host, port), 8);
+        let options = pgqueuer::ConnectOptions {
+            max_size: 6,
+            min_idle: 0,
+            pooler: Pooler::Transaction,
+            listen_dsn: Some(db.dsn.clone()),
+            ..Default::default()
+        };
+        let through = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
+        let (direct_rate, _) = flow(&db, 16, 10, 1, 10, 0, window);
+        let (bouncer_rate, backlog) = flow_on(&through, &db, 16, 10, 1, 10, 0, window);
+        record(
+            "pgbouncer: direct (pgqueuer flow)".into(),
+            direct_rate,
+            "jobs/s",
+            String::new(),
+        );
+        record(
+            "pgbouncer: transaction mode".into(),
+            bouncer_rate,
+            "jobs/s",
+            format!("backlog after: {backlog}"),
+        );
+        record(
+            "pgbouncer: transaction / direct".into(),
+            bouncer_rate / direct_rate,
+            "ratio",
+            "same run".into(),
+        );
+        drop(through);
+        drop(bouncer);
     }
     if wants("memory") {
         if !wants("flow") {

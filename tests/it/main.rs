@@ -3,6 +3,7 @@
 // Test modules share helpers with `pub`; nothing here is a public API.
 #![allow(unreachable_pub)]
 
+mod apt;
 mod claim;
 mod cli;
 mod connect;

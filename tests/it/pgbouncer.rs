@@ -1,10 +1,10 @@
 //! A real PgBouncer in front of the test server, started on a free port in a directory
 //! of its own (as user `postgres` when run as root, which PgBouncer refuses to be),
-//! stopped and removed on drop. Debian's `pgbouncer` package (1.18) is what CI installs
-//! (`.ci/run`); `PGQUEUER_PGBOUNCER` names another binary.
+//! stopped and removed on drop. Debian's `pgbouncer` package (1.18), installed on first
+//! use when missing (`apt.rs`); `PGQUEUER_PGBOUNCER` names another binary.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -35,20 +35,15 @@ fn binary() -> PathBuf {
     if let Ok(path) = std::env::var("PGQUEUER_PGBOUNCER") {
         return PathBuf::from(path);
     }
-    for candidate in [
-        "/usr/sbin/pgbouncer",
-        "/usr/bin/pgbouncer",
-        "/usr/local/bin/pgbouncer",
-    ] {
-        if Path::new(candidate).exists() {
-            return PathBuf::from(candidate);
-        }
-    }
-    panic!(
-        "pgbouncer is not installed: the pooler tests run a real PgBouncer. Install it \
-         (`apt-get install pgbouncer`, which .ci/run does) or set PGQUEUER_PGBOUNCER to its \
-         binary"
-    );
+    super::apt::binary(
+        &[
+            "/usr/sbin/pgbouncer",
+            "/usr/bin/pgbouncer",
+            "/usr/local/bin/pgbouncer",
+        ],
+        "pgbouncer",
+        "the pooler tests run a real PgBouncer (PGQUEUER_PGBOUNCER names another binary)",
+    )
 }
 
 fn free_port() -> u16 {

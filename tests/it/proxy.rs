@@ -128,7 +128,12 @@ pub struct Frozen {
 static BLACK_HOLE: Mutex<()> = Mutex::new(());
 
 fn tc(args: &str) -> Result<(), String> {
-    let out = std::process::Command::new("tc")
+    let tc = super::apt::binary(
+        &["/usr/sbin/tc", "/sbin/tc", "/usr/bin/tc"],
+        "iproute2",
+        "the black-hole test drops packets with tc",
+    );
+    let out = std::process::Command::new(tc)
         .args(args.split_whitespace())
         .output()
         .map_err(|e| {
