@@ -98,6 +98,9 @@ mod sql;
 mod sqlstate;
 mod telemetry;
 mod time;
+#[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
+pub mod web;
 mod worker;
 
 pub use claim::{Claim, Claimer, ClaimerBuilder, LostRace, Outcome};

@@ -120,6 +120,13 @@ impl Queue {
     /// batch while it inserts it, so batches are kept well below that.
     pub const MAX_BATCH_BYTES: usize = 256 << 20;
 
+    /// The statements of this queue's object names (for readers of the crate's own, such
+    /// as the web dashboard, that run them in a transaction of theirs).
+    #[cfg_attr(not(feature = "web"), allow(dead_code))]
+    pub(crate) fn statements(&self) -> &QueueSql {
+        &self.sql
+    }
+
     /// A queue with PgQueuer's default object names.
     pub fn new(pool: Pool) -> Queue {
         Queue {

@@ -220,7 +220,7 @@ pub fn verify_with(client: &mut Client, settings: &Settings) -> Result<()> {
 }
 
 /// Every object of [`verify_with`] absent from `facts` (lines of [`describe_with`]).
-fn missing_objects(facts: &[String], s: &Settings) -> Vec<String> {
+pub(crate) fn missing_objects(facts: &[String], s: &Settings) -> Vec<String> {
     let has = |prefix: &str| facts.iter().any(|f| f.starts_with(prefix));
     let mut missing = Vec::new();
     let columns: [(&str, &[&str]); 4] = [

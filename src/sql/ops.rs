@@ -83,6 +83,67 @@ pub(crate) fn log_delete_before(s: &Settings) -> String {
     )
 }
 
+/// Jobs in the queue table per entrypoint and status (every priority summed), by
+/// entrypoint then status: `entrypoint`, `status text`, `n bigint`.
+pub(crate) fn queue_count_by_status(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    format!(
+        "SELECT entrypoint, status::text AS status, count(*) AS n
+  FROM {queue}
+ GROUP BY entrypoint, status
+ ORDER BY entrypoint, status::text"
+    )
+}
+
+/// Log transitions per entrypoint and status over the last `$1 bigint` microseconds,
+/// read without writing: the statistics table's buckets plus the log rows no
+/// aggregation has folded yet (what an aggregation would add), so the counts are those
+/// PgQueuer reads after aggregating. `entrypoint`, `status text`, `n bigint`.
+pub(crate) fn log_count_since_by_status(s: &Settings) -> String {
+    let log = s.qualify(&s.queue_table_log);
+    let stats = s.qualify(&s.statistics_table);
+    format!(
+        "SELECT entrypoint, status, sum(n)::bigint AS n FROM (
+    SELECT entrypoint, status::text AS status, sum(count) AS n
+      FROM {stats}
+     WHERE created > now() - {interval}
+     GROUP BY entrypoint, status
+    UNION ALL
+    SELECT entrypoint, status::text, count(*)
+      FROM {log}
+     WHERE NOT aggregated AND created > now() - {interval}
+     GROUP BY entrypoint, status
+) t
+ GROUP BY entrypoint, status
+ ORDER BY entrypoint, status",
+        interval = micros_interval("$1")
+    )
+}
+
+/// The figures of ours in the Prometheus text, one row: per entrypoint with eligible
+/// queued jobs the age of the longest wait (`waits`: `entrypoint`, `age float8`, as
+/// arrays), picked jobs whose heartbeat is older than `$1 bigint` microseconds (`stale`),
+/// and log rows not aggregated yet (`unaggregated`).
+pub(crate) fn queue_health(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "WITH waits AS (
+    SELECT entrypoint, EXTRACT(EPOCH FROM now() - min(execute_after))::float8 AS age
+      FROM {queue}
+     WHERE status = 'queued'::{status} AND execute_after <= now()
+     GROUP BY entrypoint
+)
+SELECT coalesce((SELECT array_agg(entrypoint ORDER BY entrypoint) FROM waits), '{{}}') AS entrypoints,
+       coalesce((SELECT array_agg(age ORDER BY entrypoint) FROM waits), '{{}}') AS ages,
+       (SELECT count(*) FROM {queue}
+         WHERE status = 'picked'::{status} AND heartbeat < now() - {interval}) AS stale,
+       (SELECT count(*) FROM {log} WHERE NOT aggregated) AS unaggregated",
+        interval = micros_interval("$1")
+    )
+}
+
 /// Picked rows whose heartbeat is older than `$1 bigint` microseconds, stalest first, at
 /// most `$2 bigint`, with `seconds_since_heartbeat float8`.
 pub(crate) fn queue_select_stale(s: &Settings) -> String {

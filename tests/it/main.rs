@@ -17,6 +17,7 @@ mod proxy;
 mod queue;
 mod scheduler;
 mod schema;
+mod web;
 mod worker;
 
 // Interoperation with the real Python PgQueuer 1.6.0 (see python.rs for the interpreter).

@@ -259,6 +259,17 @@ pub(crate) enum Command {
         json: bool,
     },
 
+    /// Serve the web dashboard and the Prometheus endpoint (/metrics) until Ctrl-C.
+    /// HTTP Basic authentication when PGQUEUER_WEB_USER and PGQUEUER_WEB_PASSWORD are set.
+    Web {
+        /// The address to bind.
+        #[arg(long, env = "PGQUEUER_WEB_HOST", default_value = "127.0.0.1")]
+        host: String,
+        /// The port to bind (0 picks a free one and prints it).
+        #[arg(long, env = "PGQUEUER_WEB_PORT", default_value_t = 8080)]
+        port: u16,
+    },
+
     /// Listen on the NOTIFY channel and print each event as it arrives, one line each:
     /// the event type, then the payload as sent. Runs until Ctrl-C.
     Listen {

@@ -201,6 +201,7 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             timeout,
         } => monitor::listen(ctx, channel, count, timeout),
         Command::PruneLog { older_than } => schema::prune_log(ctx, older_than),
+        Command::Web { host, port } => web(ctx, &host, port),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "pgq", &mut std::io::stdout());
             Ok(())
@@ -251,6 +252,43 @@ impl Context {
         }
         Queue::with_settings(pool, &self.settings)
     }
+}
+
+/// `pgq web`: a pool of its own (a connection per request thread, the LISTEN
+/// connection outside it), served until the process is stopped.
+fn web(ctx: &Context, host: &str, port: u16) -> Outcome {
+    let web_options = pgqueuer::web::WebOptions::from_env()?;
+    let options = pgqueuer::ConnectOptions {
+        max_size: u32::try_from(web_options.threads).unwrap_or(4) + 1,
+        min_idle: 1,
+        connection_timeout: web_options.checkout_timeout,
+        application_name: "pgq web".into(),
+        ..pgqueuer::ConnectOptions::from_env()?
+    };
+    let pool = pgqueuer::connect_with(&ctx.dsn, &options)?;
+    if let Ok(conn) = pool.get() {
+        ctx.remember(&conn);
+    }
+    let open = web_options.credentials.is_none();
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let server = pgqueuer::web::Dashboard::new(pool, &ctx.settings)?
+        .options(web_options)
+        .serve(&addr)?;
+    let bound = server.addr();
+    if open && !bound.ip().is_loopback() {
+        eprintln!(
+            "pgq: WARNING: serving {bound} without authentication: anyone who can reach it can \
+             read every job and requeue or cancel jobs. Set PGQUEUER_WEB_USER and \
+             PGQUEUER_WEB_PASSWORD, or use --host 127.0.0.1."
+        );
+    }
+    println!("pgq web: serving http://{bound}/ (metrics at /metrics); Ctrl-C stops");
+    server.join();
+    Ok(())
 }
 
 /// `sql` subcommands that take a durability level, with the settings' level otherwise.

@@ -1,0 +1,437 @@
+//! What the pages read: one function per question, each a statement or two on the
+//! caller's transaction (which carries the statement timeout). Nothing here writes.
+
+use std::time::{Duration, SystemTime};
+
+use postgres::types::Type;
+use postgres::{GenericClient, Row};
+use uuid::Uuid;
+
+use crate::connect::{query_alone, query_one_alone};
+use crate::error::Result;
+use crate::job::{FailedJob, Failure, Job, JobId, LogEntry, Status, status_of};
+use crate::queue::Queue;
+use crate::settings::Settings;
+
+/// The statuses a job's outcome is logged with, as the throughput chart splits them.
+pub(super) const OUTCOMES: [&str; 3] = ["successful", "exception", "canceled"];
+
+fn count(row: &Row, column: &str) -> Result<u64> {
+    let n: i64 = row.try_get(column)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// One entrypoint's jobs in the queue table.
+#[derive(Debug, Clone, Default)]
+pub(super) struct EntrypointCounts {
+    pub entrypoint: String,
+    pub queued: u64,
+    pub picked: u64,
+    pub failed: u64,
+    /// When the longest-waiting eligible queued job became eligible.
+    pub waiting_since: Option<SystemTime>,
+    /// Queued jobs not yet due.
+    pub deferred: u64,
+}
+
+/// Every entrypoint with rows in the queue table, by name: one pass over the table.
+pub(super) fn entrypoint_counts<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    only: Option<&str>,
+) -> Result<Vec<EntrypointCounts>> {
+    let queue = s.qualify(&s.queue_table);
+    let sql = format!(
+        "SELECT entrypoint,
+       count(*) FILTER (WHERE status::text = 'queued') AS queued,
+       count(*) FILTER (WHERE status::text = 'picked') AS picked,
+       count(*) FILTER (WHERE status::text = 'failed') AS failed,
+       count(*) FILTER (WHERE status::text = 'queued' AND execute_after > now()) AS deferred,
+       min(execute_after) FILTER (WHERE status::text = 'queued' AND execute_after <= now())
+           AS waiting_since
+  FROM {queue}
+ WHERE $1::text IS NULL OR entrypoint = $1::text
+ GROUP BY entrypoint
+ ORDER BY entrypoint"
+    );
+    query_alone(client, &sql, &[(&only, Type::TEXT)])?
+        .iter()
+        .map(|row| {
+            Ok(EntrypointCounts {
+                entrypoint: row.try_get("entrypoint")?,
+                queued: count(row, "queued")?,
+                picked: count(row, "picked")?,
+                failed: count(row, "failed")?,
+                deferred: count(row, "deferred")?,
+                waiting_since: row.try_get("waiting_since")?,
+            })
+        })
+        .collect()
+}
+
+/// Transitions per minute and status over the last `window` (statistics plus the log
+/// rows not aggregated yet), oldest minute first.
+#[derive(Debug, Clone)]
+pub(super) struct Bucket {
+    pub minute: SystemTime,
+    pub status: String,
+    pub entrypoint: String,
+    pub count: u64,
+}
+
+pub(super) fn transitions<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    window: Duration,
+    only: Option<&str>,
+) -> Result<Vec<Bucket>> {
+    let log = s.qualify(&s.queue_table_log);
+    let stats = s.qualify(&s.statistics_table);
+    let micros = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
+    let sql = format!(
+        "WITH since AS (SELECT now() - $1::bigint * interval '1 microsecond' AS t)
+SELECT minute, status, entrypoint, sum(n)::bigint AS n FROM (
+    SELECT date_trunc('minute', created) AS minute, status::text AS status, entrypoint,
+           sum(count) AS n
+      FROM {stats}, since
+     WHERE created > since.t AND ($2::text IS NULL OR entrypoint = $2::text)
+     GROUP BY 1, 2, 3
+    UNION ALL
+    SELECT date_trunc('minute', created), status::text, entrypoint, count(*)
+      FROM {log}, since
+     WHERE NOT aggregated AND created > since.t
+       AND ($2::text IS NULL OR entrypoint = $2::text)
+     GROUP BY 1, 2, 3
+) t
+ GROUP BY minute, status, entrypoint
+ ORDER BY minute"
+    );
+    query_alone(client, &sql, &[(&micros, Type::INT8), (&only, Type::TEXT)])?
+        .iter()
+        .map(|row| {
+            Ok(Bucket {
+                minute: row.try_get("minute")?,
+                status: row.try_get("status")?,
+                entrypoint: row.try_get("entrypoint")?,
+                count: count(row, "n")?,
+            })
+        })
+        .collect()
+}
+
+/// Handler durations of one entrypoint (or every one) from the log over a window: from
+/// each `picked` row to the job's next outcome row.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Durations {
+    pub entrypoint: String,
+    pub completed: u64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+pub(super) fn durations<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    window: Duration,
+    only: Option<&str>,
+) -> Result<Vec<Durations>> {
+    let log = s.qualify(&s.queue_table_log);
+    let micros = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
+    let sql = format!(
+        "WITH rows AS (
+    SELECT entrypoint, status::text AS status, created,
+           lag(status::text) OVER w AS before, lag(created) OVER w AS before_at
+      FROM {log}
+     WHERE created > now() - $1::bigint * interval '1 microsecond'
+       AND ($2::text IS NULL OR entrypoint = $2::text)
+    WINDOW w AS (PARTITION BY job_id ORDER BY created, id)
+), d AS (
+    SELECT entrypoint, EXTRACT(EPOCH FROM created - before_at)::float8 AS secs
+      FROM rows
+     WHERE before = 'picked'
+       AND status IN ('successful', 'exception', 'canceled', 'failed', 'deleted')
+)
+SELECT entrypoint, count(*) AS completed,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY secs) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY secs) AS p95,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY secs) AS p99,
+       max(secs) AS max
+  FROM d
+ GROUP BY entrypoint
+ ORDER BY entrypoint"
+    );
+    query_alone(client, &sql, &[(&micros, Type::INT8), (&only, Type::TEXT)])?
+        .iter()
+        .map(|row| {
+            Ok(Durations {
+                entrypoint: row.try_get("entrypoint")?,
+                completed: count(row, "completed")?,
+                p50: row.try_get("p50")?,
+                p95: row.try_get("p95")?,
+                p99: row.try_get("p99")?,
+                max: row.try_get("max")?,
+            })
+        })
+        .collect()
+}
+
+/// One row of the jobs list.
+#[derive(Debug, Clone)]
+pub(super) struct JobRow {
+    pub id: JobId,
+    pub priority: i32,
+    pub created: SystemTime,
+    pub execute_after: SystemTime,
+    pub status: Status,
+    pub entrypoint: String,
+    pub attempts: i32,
+    pub slot: Option<i64>,
+    pub queue_manager_id: Option<Uuid>,
+    pub payload_bytes: Option<i32>,
+}
+
+/// Up to `limit` jobs after id `after`, in id order (the primary key's, so any page of
+/// any filter costs the same), filtered by status and entrypoint.
+pub(super) fn jobs<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    status: Option<Status>,
+    entrypoint: Option<&str>,
+    after: JobId,
+    limit: i64,
+) -> Result<Vec<JobRow>> {
+    let queue = s.qualify(&s.queue_table);
+    let sql = format!(
+        "SELECT id, priority, created, execute_after, status::text AS status, entrypoint,
+       attempts, slot, queue_manager_id, octet_length(payload) AS payload_bytes
+  FROM {queue}
+ WHERE id > $1::bigint
+   AND ($2::text IS NULL OR status::text = $2::text)
+   AND ($3::text IS NULL OR entrypoint = $3::text)
+ ORDER BY id
+ LIMIT $4::bigint"
+    );
+    let status = status.map(Status::as_str);
+    query_alone(
+        client,
+        &sql,
+        &[
+            (&after, Type::INT8),
+            (&status, Type::TEXT),
+            (&entrypoint, Type::TEXT),
+            (&limit, Type::INT8),
+        ],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(JobRow {
+            id: row.try_get("id")?,
+            priority: row.try_get("priority")?,
+            created: row.try_get("created")?,
+            execute_after: row.try_get("execute_after")?,
+            status: status_of(row)?,
+            entrypoint: row.try_get("entrypoint")?,
+            attempts: row.try_get("attempts")?,
+            slot: row.try_get("slot")?,
+            queue_manager_id: row.try_get("queue_manager_id")?,
+            payload_bytes: row.try_get("payload_bytes")?,
+        })
+    })
+    .collect()
+}
+
+/// The job's row (while it is in the queue table) and its whole log history.
+pub(super) fn job<C: GenericClient>(
+    client: &mut C,
+    queue: &Queue,
+    id: JobId,
+) -> Result<(Option<Job>, Vec<LogEntry>)> {
+    let sql = queue.statements();
+    let ids = vec![id];
+    let job = query_alone(client, &sql.select, &[(&ids, Type::INT8_ARRAY)])?
+        .iter()
+        .map(Job::from_row)
+        .next()
+        .transpose()?;
+    let history = query_alone(client, &sql.log_select_job, &[(&id, Type::INT8)])?
+        .iter()
+        .map(LogEntry::from_row)
+        .collect::<Result<_>>()?;
+    Ok((job, history))
+}
+
+/// Held (`failed`) jobs with their reasons, oldest first.
+pub(super) fn failed<C: GenericClient>(
+    client: &mut C,
+    queue: &Queue,
+    limit: i64,
+) -> Result<Vec<FailedJob>> {
+    query_alone(
+        client,
+        &queue.statements().select_failed,
+        &[(&limit, Type::INT8)],
+    )?
+    .iter()
+    .map(|row| {
+        let failure: Option<serde_json::Value> = row.try_get("failure")?;
+        Ok(FailedJob {
+            job: Job::from_row(row)?,
+            failure: failure.as_ref().and_then(Failure::from_json),
+        })
+    })
+    .collect()
+}
+
+/// A logged exception (`exception` log row), newest first.
+#[derive(Debug, Clone)]
+pub(super) struct LoggedException {
+    pub job_id: JobId,
+    pub created: SystemTime,
+    pub entrypoint: String,
+    pub failure: Option<Failure>,
+}
+
+pub(super) fn exceptions<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    entrypoint: Option<&str>,
+    limit: i64,
+) -> Result<Vec<LoggedException>> {
+    let log = s.qualify(&s.queue_table_log);
+    let status = s.qualify(&s.queue_status_type);
+    let sql = format!(
+        "SELECT job_id, created, entrypoint, traceback
+  FROM {log}
+ WHERE status = 'exception'::{status} AND ($1::text IS NULL OR entrypoint = $1::text)
+ ORDER BY created DESC, id DESC
+ LIMIT $2::bigint"
+    );
+    query_alone(
+        client,
+        &sql,
+        &[(&entrypoint, Type::TEXT), (&limit, Type::INT8)],
+    )?
+    .iter()
+    .map(|row| {
+        let traceback: Option<serde_json::Value> = row.try_get("traceback")?;
+        Ok(LoggedException {
+            job_id: row.try_get("job_id")?,
+            created: row.try_get("created")?,
+            entrypoint: row.try_get("entrypoint")?,
+            failure: traceback.as_ref().and_then(Failure::from_json),
+        })
+    })
+    .collect()
+}
+
+/// A picked job's slot, for an entrypoint's page.
+#[derive(Debug, Clone)]
+pub(super) struct HeldSlot {
+    pub id: JobId,
+    pub slot: Option<i64>,
+    pub queue_manager_id: Option<Uuid>,
+    pub heartbeat: SystemTime,
+}
+
+pub(super) fn held_slots<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    entrypoint: &str,
+) -> Result<Vec<HeldSlot>> {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    let sql = format!(
+        "SELECT id, slot, queue_manager_id, heartbeat
+  FROM {queue}
+ WHERE status = 'picked'::{status} AND entrypoint = $1::text
+ ORDER BY slot NULLS LAST, id
+ LIMIT 500"
+    );
+    query_alone(client, &sql, &[(&entrypoint, Type::TEXT)])?
+        .iter()
+        .map(|row| {
+            Ok(HeldSlot {
+                id: row.try_get("id")?,
+                slot: row.try_get("slot")?,
+                queue_manager_id: row.try_get("queue_manager_id")?,
+                heartbeat: row.try_get("heartbeat")?,
+            })
+        })
+        .collect()
+}
+
+/// One of the four tables, for the System page.
+#[derive(Debug, Clone)]
+pub(super) struct TableInfo {
+    pub name: String,
+    pub exists: bool,
+    pub logged: bool,
+    pub estimated_rows: i64,
+    pub total_bytes: i64,
+}
+
+/// The server's version, the four tables and the log rows awaiting aggregation.
+pub(super) struct SystemInfo {
+    pub server_version: String,
+    pub database: String,
+    pub tables: Vec<TableInfo>,
+    pub unaggregated: u64,
+}
+
+pub(super) fn system<C: GenericClient>(client: &mut C, s: &Settings) -> Result<SystemInfo> {
+    let names = [
+        &s.queue_table,
+        &s.queue_table_log,
+        &s.statistics_table,
+        &s.schedules_table,
+    ];
+    let qualified: Vec<String> = names.iter().map(|n| s.qualify(n)).collect();
+    let plain: Vec<String> = names.iter().map(|n| (*n).clone()).collect();
+    let rows = query_alone(
+        client,
+        "SELECT n.name, c.oid IS NOT NULL AS exists,
+       coalesce(c.relpersistence = 'p', false) AS logged,
+       coalesce(c.reltuples, 0)::bigint AS estimated_rows,
+       coalesce(pg_total_relation_size(c.oid), 0) AS total_bytes
+  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS n(name, qualified, ord)
+  LEFT JOIN pg_class c ON c.oid = to_regclass(n.qualified)
+ ORDER BY n.ord",
+        &[(&plain, Type::TEXT_ARRAY), (&qualified, Type::TEXT_ARRAY)],
+    )?;
+    let tables = rows
+        .iter()
+        .map(|row| {
+            Ok(TableInfo {
+                name: row.try_get("name")?,
+                exists: row.try_get("exists")?,
+                logged: row.try_get("logged")?,
+                estimated_rows: row.try_get("estimated_rows")?,
+                total_bytes: row.try_get("total_bytes")?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let head = query_one_alone(
+        client,
+        "SELECT current_setting('server_version') AS version, current_database() AS db",
+        &[],
+    )?;
+    let log = s.qualify(&s.queue_table_log);
+    let unaggregated = if tables.get(1).is_some_and(|t| t.exists) {
+        let row = query_one_alone(
+            client,
+            &format!("SELECT count(*) AS n FROM {log} WHERE NOT aggregated"),
+            &[],
+        )?;
+        count(&row, "n")?
+    } else {
+        0
+    };
+    Ok(SystemInfo {
+        server_version: head.try_get("version")?,
+        database: head.try_get("db")?,
+        tables,
+        unaggregated,
+    })
+}

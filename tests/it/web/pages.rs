@@ -1,0 +1,182 @@
+//! Every page over HTTP against a queue with jobs in every state, hostile values shown
+//! as text, and the answers to bad input.
+
+use pgqueuer::web::WebOptions;
+use pgqueuer::{NewJob, Queue};
+
+use super::{HELD_REASON, dashboard, get, populate};
+use crate::harness::TestDb;
+
+/// What each page says about a queue with a job in every state (queued, deferred,
+/// picked with a slot, held, finished, raised, enqueued by Python, binary).
+#[test]
+fn every_page_shows_the_queue() {
+    let db = TestDb::new();
+    let f = populate(&db);
+    let server = dashboard(&db, WebOptions::default());
+    let addr = server.addr();
+
+    let page = get(addr, "/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    for text in [
+        "Overview",
+        "mail",
+        "from_python",
+        "limited",
+        "fragile",
+        "exceptions, last hour",
+        "Throughput",
+    ] {
+        assert!(page.body.contains(text), "overview lacks {text:?}");
+    }
+    // 2 mail (one deferred) + 2 Python + 1 blob queued; 1 picked; 1 held.
+    assert_eq!(card(&page.body, "queued"), "5", "{}", page.body);
+    assert_eq!(card(&page.body, "picked"), "1");
+    assert_eq!(card(&page.body, "failed"), "1");
+
+    let page = get(addr, "/entrypoints?window=24h");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("failure rate") && page.body.contains("/entrypoints/fragile"));
+
+    let page = get(addr, "/entrypoints/limited");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains(&format!("/jobs/{}", f.picked)),
+        "the picked job is listed"
+    );
+    assert!(page.body.contains("highest slot held"));
+    assert!(page.body.contains(&f.claimer.worker_id().to_string()));
+
+    let page = get(addr, "/jobs?status=queued&entrypoint=mail");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(&format!("/jobs/{}\"", f.queued)));
+    assert!(page.body.contains(&format!("/jobs/{}\"", f.deferred)));
+    assert!(!page.body.contains(&format!("/jobs/{}\"", f.picked)));
+
+    let page = get(addr, &format!("/jobs/{}", f.held));
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(HELD_REASON), "the held job's reason");
+    assert!(
+        page.body.contains("&quot;invoice&quot;: 42"),
+        "JSON pretty-printed: {}",
+        page.body
+    );
+    assert!(page.body.contains("Requeue"));
+
+    let page = get(addr, &format!("/jobs/{}", f.binary));
+    assert!(page.body.contains("hex (not UTF-8)") && page.body.contains("ff fe 00 41"));
+    assert!(
+        page.body.contains("&quot;trace&quot;: &quot;abc&quot;"),
+        "headers shown"
+    );
+
+    let page = get(addr, &format!("/jobs/{}", f.raised));
+    assert_eq!(
+        page.status, 200,
+        "a job that left the queue is shown from its log"
+    );
+    assert!(page.body.contains("no longer in the queue table"));
+    assert!(page.body.contains("upstream said 502"), "its traceback");
+
+    let page = get(addr, &format!("/jobs/{}", f.python[0]));
+    assert!(page.body.contains("enqueued by PgQueuer 1.6.0"));
+    let page = get(addr, &format!("/jobs/{}", f.python[1]));
+    assert!(
+        page.body.contains("py-key")
+            && page.body.contains("&quot;source&quot;: &quot;python&quot;")
+    );
+
+    let goto = get(addr, &format!("/jobs/goto?id={}", f.done));
+    assert_eq!(goto.status, 303);
+    assert_eq!(goto.header("Location"), Some(&*format!("/jobs/{}", f.done)));
+
+    let page = get(addr, "/failures");
+    assert!(page.body.contains(HELD_REASON) && page.body.contains("upstream said 502"));
+    assert!(
+        page.body
+            .contains(&format!("name=\"ids\" value=\"{}\"", f.held))
+    );
+
+    let page = get(addr, "/workers");
+    assert!(page.body.contains(&f.claimer.worker_id().to_string()));
+    let page = get(addr, "/workers?stale_after=1");
+    assert_eq!(page.status, 200);
+
+    db.client()
+        .batch_execute(
+            "INSERT INTO pgqueuer_schedules (expression, entrypoint, next_run) \
+             VALUES ('*/5 * * * *', 'nightly_report', now() + interval '5 minutes')",
+        )
+        .unwrap();
+    let page = get(addr, "/schedules");
+    assert!(page.body.contains("*/5 * * * *") && page.body.contains("nightly_report"));
+
+    let page = get(addr, "/system");
+    assert!(page.body.contains("PostgreSQL 1"), "server version");
+    assert!(page.body.contains("verify passed"), "{}", page.body);
+    assert!(page.body.contains("pgqueuer_log"));
+
+    for path in ["/static/style.css", "/static/live.js"] {
+        let asset = get(addr, path);
+        assert_eq!(asset.status, 200, "{path}");
+        assert!(asset.body.len() > 500, "{path} is embedded");
+    }
+    server.shutdown();
+}
+
+/// A payload, entrypoint and traceback holding markup are shown as text, everywhere.
+#[test]
+fn hostile_values_render_as_text() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let evil = "<script>alert('x')</script>";
+    let id = queue
+        .enqueue(NewJob::new(evil, format!("payload {evil}").into_bytes()).header("h", evil))
+        .unwrap();
+    let failing = queue.enqueue(NewJob::new("boom", b"x".to_vec())).unwrap();
+    pgqueuer::Worker::builder(db.pool(4))
+        .entrypoint("boom", |_, _| Err("<img src=x onerror=alert(1)>".into()))
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    let server = dashboard(&db, WebOptions::default());
+    let addr = server.addr();
+    for path in [
+        "/".to_owned(),
+        "/entrypoints".to_owned(),
+        format!("/jobs/{id}"),
+        format!("/jobs/{failing}"),
+        "/failures".to_owned(),
+        "/jobs".to_owned(),
+        format!("/entrypoints/{}", "%3Cscript%3Ealert('x')%3C%2Fscript%3E"),
+    ] {
+        let page = get(addr, &path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert!(
+            !page.body.contains("<script>alert") && !page.body.contains("<img src=x"),
+            "{path} carries live markup:\n{}",
+            page.body
+        );
+    }
+    let page = get(addr, &format!("/jobs/{id}"));
+    assert!(
+        page.body
+            .contains("&lt;script&gt;alert('x')&lt;/script&gt;"),
+        "{}",
+        page.body
+    );
+    let page = get(addr, "/failures");
+    assert!(page.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    server.shutdown();
+}
+
+/// The figure of the overview card `id`.
+pub fn card(body: &str, id: &str) -> String {
+    let at = body
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no card {id}"));
+    let rest = &body[at..];
+    let start = rest.find("<div class=\"n\">").expect("a figure") + "<div class=\"n\">".len();
+    rest[start..start + rest[start..].find('<').unwrap()].to_owned()
+}
