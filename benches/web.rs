@@ -9,10 +9,13 @@
 //! - `PGQUEUER_BENCH_DSN` the server (default `postgres://postgres@127.0.0.1:5432/postgres`);
 //!   a database `pgqbench_web_<pid>` is created and dropped.
 //! - `PGQ_BENCH_WEB_ROWS` jobs in the queue table and rows in the log (default 1,000,000
-//!   each). The queue holds 20 entrypoints, 98% queued (a tenth of them deferred), 1%
-//!   picked, 1% held as failed; the log has the rows a worker writes (aggregated, as a
-//!   worker's periodic aggregation leaves them, with the statistics to match) plus 1,000
-//!   not yet aggregated. The tables are vacuumed and analyzed, as autovacuum would.
+//!   each). The queue holds 20 entrypoints, 98.8% queued (a tenth of them deferred),
+//!   0.2% picked by 7 workers, 1% held as failed; the log has the rows a worker writes
+//!   over the last 7.4 hours (aggregated, as a periodic aggregation leaves them, with
+//!   the statistics to match: a bucket per row, as many entrypoints at this rate give)
+//!   plus 1,000 not yet aggregated. The tables are vacuumed and analyzed, as autovacuum
+//!   would.
+//! - `PGQ_BENCH_WEB_KEEP=1` keeps the database (to look at its plans).
 //! - `PGQ_BENCH_WEB_ROUNDS` requests per page (default 20): the table gives the median
 //!   and the slowest, measured at the client over loopback.
 //!
@@ -78,9 +81,13 @@ fn main() {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run(&db_config, &dsn, rows, rounds);
     }));
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .unwrap();
+    if std::env::var_os("PGQ_BENCH_WEB_KEEP").is_some() {
+        eprintln!("web bench: kept database {name}");
+    } else {
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .unwrap();
+    }
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
@@ -94,13 +101,13 @@ fn fill(client: &mut Client, rows: i64) {
             "INSERT INTO pgqueuer (priority, entrypoint, status, payload, execute_after,
                                    created, updated, heartbeat, queue_manager_id, slot)
              SELECT (i % 5), 'entrypoint_' || (i % 20),
-                    (CASE WHEN i % 100 = 0 THEN 'picked' WHEN i % 100 = 1 THEN 'failed'
+                    (CASE WHEN i % 500 = 0 THEN 'picked' WHEN i % 100 = 1 THEN 'failed'
                           ELSE 'queued' END)::pgqueuer_status,
                     convert_to('{{\"n\": ' || i || '}}', 'UTF8'),
                     now() + CASE WHEN i % 10 = 5 THEN interval '1 hour' ELSE interval '0' END
                         - (({rows} - i) * interval '1 millisecond'),
                     now() - (({rows} - i) * interval '1 millisecond'), now(), now(),
-                    CASE WHEN i % 100 = 0 THEN gen_random_uuid() END, NULL
+                    CASE WHEN i % 500 = 0 THEN ('00000000-0000-4000-8000-' || lpad((i % 7)::text, 12, '0'))::uuid END, NULL
                FROM generate_series(1, {rows}) AS i"
         ))
         .unwrap();
@@ -114,11 +121,14 @@ fn fill(client: &mut Client, rows: i64) {
              INSERT INTO pgqueuer_statistics (count, created, priority, status, entrypoint)
              SELECT count(*), date_trunc('sec', created), priority, status, entrypoint
                FROM pgqueuer_log WHERE aggregated
-              GROUP BY 2, 3, 4, 5;
-             VACUUM ANALYZE pgqueuer; VACUUM ANALYZE pgqueuer_log;
-             VACUUM ANALYZE pgqueuer_statistics;"
+              GROUP BY 2, 3, 4, 5;"
         ))
         .unwrap();
+    for table in ["pgqueuer", "pgqueuer_log", "pgqueuer_statistics"] {
+        client
+            .batch_execute(&format!("VACUUM ANALYZE {table}"))
+            .unwrap();
+    }
     eprintln!(
         "web bench: filled in {:.1} s",
         started.elapsed().as_secs_f64()

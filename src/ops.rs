@@ -538,10 +538,13 @@ pub fn prometheus_text<C: GenericClient>(
     let stale_us = micros_of("stale_after", stale_after)?;
     let window_us = micros_of("window", PROMETHEUS_LOG_WINDOW)?;
     let queue = connect::query_alone(client, &sql::queue_count_by_status(settings), &[])?;
+    let priorities: Vec<i32> =
+        connect::query_one_alone(client, &sql::statistics_priorities(settings), &[])?
+            .try_get("priorities")?;
     let logs = connect::query_alone(
         client,
         &sql::log_count_since_by_status(settings),
-        &[(&window_us, Type::INT8)],
+        &[(&window_us, Type::INT8), (&priorities, Type::INT4_ARRAY)],
     )?;
     let slots = slots_in_use(client, settings)?;
     let health = connect::query_one_alone(

@@ -95,28 +95,58 @@ pub(crate) fn queue_count_by_status(s: &Settings) -> String {
     )
 }
 
-/// Log transitions per entrypoint and status over the last `$1 bigint` microseconds,
-/// read without writing: the statistics table's buckets plus the log rows no
+/// The distinct priorities of the statistics table, by a loose scan of its unique index
+/// (one probe per priority): `priorities int[]`.
+pub(crate) fn statistics_priorities(s: &Settings) -> String {
+    let stats = s.qualify(&s.statistics_table);
+    format!(
+        "WITH RECURSIVE prios AS (
+    (SELECT priority FROM {stats} ORDER BY priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT st.priority FROM {stats} st WHERE st.priority > prios.priority
+             ORDER BY st.priority LIMIT 1)
+      FROM prios WHERE prios.priority IS NOT NULL
+)
+SELECT coalesce(array_agg(priority), '{{}}') AS priorities FROM prios WHERE priority IS NOT NULL"
+    )
+}
+
+/// The condition on statistics rows (`st`) of buckets from `since` (an SQL `timestamptz`
+/// expression) on, written so that the table's unique index serves it: its leading
+/// column is the priority, so the priorities are listed (`prios`: an `int[]` bind from
+/// [`statistics_priorities`]) and each gets a range scan of its buckets. A condition on
+/// `created` alone would read the whole table, which holds a row per second,
+/// entrypoint, priority and status.
+pub(crate) fn statistics_since(since: &str, prios: &str) -> String {
+    format!(
+        "st.priority = ANY({prios}::int[])
+   AND date_trunc('sec', timezone('UTC', st.created)) >= timezone('UTC', ({since}))"
+    )
+}
+
+/// Log transitions per entrypoint and status over the last `$1 bigint` microseconds
+/// (`$2 int[]`: the statistics' priorities), read without writing: the statistics table's buckets plus the log rows no
 /// aggregation has folded yet (what an aggregation would add), so the counts are those
 /// PgQueuer reads after aggregating. `entrypoint`, `status text`, `n bigint`.
 pub(crate) fn log_count_since_by_status(s: &Settings) -> String {
     let log = s.qualify(&s.queue_table_log);
     let stats = s.qualify(&s.statistics_table);
+    let interval = micros_interval("$1");
+    let recent = statistics_since(&format!("now() - {interval}"), "$2");
     format!(
         "SELECT entrypoint, status, sum(n)::bigint AS n FROM (
     SELECT entrypoint, status::text AS status, sum(count) AS n
-      FROM {stats}
-     WHERE created > now() - {interval}
+      FROM {stats} st
+     WHERE {recent} AND created > now() - {interval}
      GROUP BY entrypoint, status
     UNION ALL
     SELECT entrypoint, status::text, count(*)
       FROM {log}
-     WHERE NOT aggregated AND created > now() - {interval}
+     WHERE created > now() - {interval} AND NOT aggregated
      GROUP BY entrypoint, status
 ) t
  GROUP BY entrypoint, status
- ORDER BY entrypoint, status",
-        interval = micros_interval("$1")
+ ORDER BY entrypoint, status"
     )
 }
 

@@ -1,8 +1,11 @@
 //! What the pages read: one function per question, each a statement or two on the
 //! caller's transaction (which carries the statement timeout). Nothing here writes.
 
-use std::time::{Duration, SystemTime};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
+use fallible_iterator::FallibleIterator;
 use postgres::types::Type;
 use postgres::{GenericClient, Row};
 use uuid::Uuid;
@@ -32,10 +35,43 @@ pub(super) struct EntrypointCounts {
     pub waiting_since: Option<SystemTime>,
     /// Queued jobs not yet due.
     pub deferred: u64,
+    /// Whether `queued`, `failed` and `deferred` are estimated from a sample (`picked`
+    /// and `waiting_since` are always exact).
+    pub estimated: bool,
 }
 
-/// Every entrypoint with rows in the queue table, by name: one pass over the table.
+/// Above this many rows (the planner's estimate) the queued, deferred and failed counts
+/// are estimated from a sample of about [`SAMPLE_ROWS`] rows: counting a million rows
+/// takes half a second, a sample a few milliseconds.
+pub(super) const EXACT_BELOW: f64 = 200_000.0;
+const SAMPLE_ROWS: f64 = 10_000.0;
+
+/// Every entrypoint with rows in the queue table (or `only` that one), by name.
 pub(super) fn entrypoint_counts<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    only: Option<&str>,
+) -> Result<Vec<EntrypointCounts>> {
+    let queue = s.qualify(&s.queue_table);
+    let rows: f64 = query_one_alone(
+        client,
+        "SELECT coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass($1::text)), 0)::float8 AS n",
+        &[(&queue, Type::TEXT)],
+    )?
+    .try_get("n")?;
+    if rows < EXACT_BELOW {
+        exact_counts(client, s, only)
+    } else {
+        sampled_counts(
+            client,
+            s,
+            only,
+            (100.0 * SAMPLE_ROWS / rows).clamp(0.01, 100.0),
+        )
+    }
+}
+
+fn exact_counts<C: GenericClient>(
     client: &mut C,
     s: &Settings,
     only: Option<&str>,
@@ -64,59 +100,245 @@ pub(super) fn entrypoint_counts<C: GenericClient>(
                 failed: count(row, "failed")?,
                 deferred: count(row, "deferred")?,
                 waiting_since: row.try_get("waiting_since")?,
+                estimated: false,
             })
         })
         .collect()
 }
 
-/// Transitions per minute and status over the last `window` (statistics plus the log
-/// rows not aggregated yet), oldest minute first.
+/// The counts of a large queue: queued, deferred and failed as shares of a block sample
+/// of `percent` of the table, times the table's rows as the planner reckons them now
+/// (a share varies far less from sample to sample than the sample's size does); the entrypoints with queued jobs found by a loose
+/// scan of the queued-jobs index, so none is missed however few its jobs; picked counts
+/// and each entrypoint's earliest due job read exactly through their indexes.
+fn sampled_counts<C: GenericClient>(
+    client: &mut C,
+    s: &Settings,
+    only: Option<&str>,
+    percent: f64,
+) -> Result<Vec<EntrypointCounts>> {
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    let sql = format!(
+        "WITH RECURSIVE names AS (
+    (SELECT entrypoint FROM {queue} WHERE status = 'queued'::{status}
+      ORDER BY entrypoint, execute_after LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.entrypoint FROM {queue} q
+             WHERE q.status = 'queued'::{status} AND q.entrypoint > names.entrypoint
+             ORDER BY q.entrypoint, q.execute_after LIMIT 1)
+      FROM names WHERE names.entrypoint IS NOT NULL
+),
+est AS (
+    SELECT entrypoint,
+           count(*) FILTER (WHERE status = 'queued'::{status}) AS queued,
+           count(*) FILTER (WHERE status = 'failed'::{status}) AS failed,
+           count(*) FILTER (WHERE status = 'queued'::{status} AND execute_after > now())
+               AS deferred,
+           count(*) AS n
+      FROM {queue} TABLESAMPLE SYSTEM ($1::float8)
+     GROUP BY entrypoint
+),
+scale AS (
+    -- The planner's way to the table's rows now: its density at the last ANALYZE times
+    -- its size now, over the rows the sample saw.
+    SELECT (CASE WHEN c.relpages > 0
+                 THEN c.reltuples / c.relpages
+                      * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+                 ELSE c.reltuples END)
+           / greatest((SELECT sum(n) FROM est), 1) AS factor
+      FROM pg_class c WHERE c.oid = to_regclass($3::text)
+),
+picked AS (
+    SELECT entrypoint, count(*) AS picked
+      FROM {queue} WHERE status = 'picked'::{status} GROUP BY entrypoint
+),
+every AS (
+    SELECT entrypoint FROM names WHERE entrypoint IS NOT NULL
+    UNION SELECT entrypoint FROM est
+    UNION SELECT entrypoint FROM picked
+)
+SELECT e.entrypoint,
+       round(coalesce(est.queued, 0) * scale.factor)::bigint AS queued,
+       round(coalesce(est.failed, 0) * scale.factor)::bigint AS failed,
+       round(coalesce(est.deferred, 0) * scale.factor)::bigint AS deferred,
+       coalesce(p.picked, 0) AS picked,
+       (SELECT min(q.execute_after) FROM {queue} q
+         WHERE q.status = 'queued'::{status} AND q.entrypoint = e.entrypoint) AS first_due,
+       now() AS now
+  FROM every e
+ CROSS JOIN scale
+  LEFT JOIN est USING (entrypoint)
+  LEFT JOIN picked p USING (entrypoint)
+ WHERE $2::text IS NULL OR e.entrypoint = $2::text
+ ORDER BY e.entrypoint"
+    );
+    query_alone(
+        client,
+        &sql,
+        &[
+            (&percent, Type::FLOAT8),
+            (&only, Type::TEXT),
+            (&queue, Type::TEXT),
+        ],
+    )?
+    .iter()
+    .map(|row| {
+        let first_due: Option<SystemTime> = row.try_get("first_due")?;
+        let now: SystemTime = row.try_get("now")?;
+        let mut queued = count(row, "queued")?;
+        // A queued job exists (the index said so) even if the sample saw none.
+        if first_due.is_some() && queued == 0 {
+            queued = 1;
+        }
+        Ok(EntrypointCounts {
+            entrypoint: row.try_get("entrypoint")?,
+            queued,
+            picked: count(row, "picked")?,
+            failed: count(row, "failed")?,
+            deferred: count(row, "deferred")?,
+            waiting_since: first_due.filter(|t| *t <= now),
+            estimated: true,
+        })
+    })
+    .collect()
+}
+
+/// Transitions of one minute, status and entrypoint.
 #[derive(Debug, Clone)]
 pub(super) struct Bucket {
     pub minute: SystemTime,
-    pub status: String,
-    pub entrypoint: String,
+    pub status: &'static str,
+    pub entrypoint: Arc<str>,
     pub count: u64,
 }
 
-pub(super) fn transitions<C: GenericClient>(
-    client: &mut C,
-    s: &Settings,
-    window: Duration,
-    only: Option<&str>,
-) -> Result<Vec<Bucket>> {
+/// How far back the charts and window figures go.
+pub(super) const HISTORY: Duration = Duration::from_secs(86_400);
+/// Minutes older than this are taken as final between full reads (a minute's log rows
+/// are counted whether or not an aggregation has folded them yet, so only a row whose
+/// transaction commits later than this is missed, until the next full read).
+const SETTLE_MINUTES: i64 = 2;
+/// A full read of the history this often catches what settled minutes missed.
+const FULL_READ_EVERY: Duration = Duration::from_secs(60 * 60);
+
+/// Transitions per minute over the last [`HISTORY`], kept between requests: the first
+/// request reads the whole day (statistics plus log rows not yet aggregated, in one
+/// statement, so each row is counted once whether or not an aggregation moved it), later
+/// ones only the last [`SETTLE_MINUTES`] minutes, through the indexes on the buckets'
+/// and the log's times. A day of a busy queue is a million rows or more; a page does
+/// not read them each time, and however many people watch, the database sees one reader.
+#[derive(Debug, Default)]
+pub(super) struct Minutes {
+    /// (minute since the epoch, status, entrypoint) -> transitions; names are shared.
+    counts: HashMap<(i64, Status, Arc<str>), u64>,
+    names: HashSet<Arc<str>>,
+    settled_before: i64,
+    full_at: Option<Instant>,
+}
+
+impl Minutes {
+    /// The buckets of the last [`HISTORY`], for `only` one entrypoint or all.
+    pub(super) fn read<C: GenericClient>(
+        &mut self,
+        client: &mut C,
+        s: &Settings,
+        only: Option<&str>,
+    ) -> Result<Vec<Bucket>> {
+        let full = self
+            .full_at
+            .is_none_or(|at| at.elapsed() >= FULL_READ_EVERY);
+        let now_minute: i64 = query_one_alone(
+            client,
+            "SELECT (EXTRACT(EPOCH FROM now())::bigint / 60) AS m",
+            &[],
+        )?
+        .try_get("m")?;
+        let from = if full {
+            now_minute - i64::try_from(HISTORY.as_secs() / 60).unwrap_or(1440)
+        } else {
+            self.settled_before
+        };
+        let priorities: Vec<i32> =
+            query_one_alone(client, &crate::sql::ops::statistics_priorities(s), &[])?
+                .try_get("priorities")?;
+        // Streamed, not collected: a full read is tens of thousands of rows.
+        let from_secs = from * 60;
+        let params: [(&(dyn postgres::types::ToSql + Sync), Type); 2] =
+            [(&from_secs, Type::INT8), (&priorities, Type::INT4_ARRAY)];
+        let mut rows = client.query_typed_raw(&minutes_since(s), params)?;
+        if full {
+            self.counts.clear();
+            self.full_at = Some(Instant::now());
+        } else {
+            self.counts.retain(|(m, _, _), _| *m < from);
+        }
+        while let Some(row) = rows.next()? {
+            let Some(status) = Status::parse(row.try_get("status")?) else {
+                continue;
+            };
+            let name: &str = row.try_get("entrypoint")?;
+            let name = match self.names.get(name) {
+                Some(shared) => Arc::clone(shared),
+                None => {
+                    let shared: Arc<str> = Arc::from(name);
+                    self.names.insert(Arc::clone(&shared));
+                    shared
+                }
+            };
+            let key = (row.try_get::<_, i64>("minute")?, status, name);
+            *self.counts.entry(key).or_default() += count(&row, "n")?;
+        }
+        drop(rows);
+        let oldest = now_minute - i64::try_from(HISTORY.as_secs() / 60).unwrap_or(1440);
+        self.counts.retain(|(m, _, _), _| *m >= oldest);
+        if full {
+            // Names no bucket uses any more go with the full read.
+            let used: HashSet<&Arc<str>> = self.counts.keys().map(|(_, _, e)| e).collect();
+            let keep: HashSet<Arc<str>> = used.into_iter().cloned().collect();
+            self.names = keep;
+        }
+        self.settled_before = now_minute - SETTLE_MINUTES;
+        let mut buckets: Vec<Bucket> = self
+            .counts
+            .iter()
+            .filter(|((_, _, e), _)| only.is_none_or(|o| o == &**e))
+            .map(|((m, status, entrypoint), n)| Bucket {
+                minute: SystemTime::UNIX_EPOCH
+                    + Duration::from_secs(u64::try_from(*m).unwrap_or(0) * 60),
+                status: status.as_str(),
+                entrypoint: Arc::clone(entrypoint),
+                count: *n,
+            })
+            .collect();
+        buckets.sort_by_key(|b| b.minute);
+        Ok(buckets)
+    }
+}
+
+/// Transitions per minute, status and entrypoint since `$1 bigint` (Unix seconds):
+/// statistics buckets (`$2 int[]`: their priorities) plus unaggregated log rows, in one
+/// snapshot.
+fn minutes_since(s: &Settings) -> String {
     let log = s.qualify(&s.queue_table_log);
     let stats = s.qualify(&s.statistics_table);
-    let micros = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
-    let sql = format!(
-        "WITH since AS (SELECT now() - $1::bigint * interval '1 microsecond' AS t)
-SELECT minute, status, entrypoint, sum(n)::bigint AS n FROM (
-    SELECT date_trunc('minute', created) AS minute, status::text AS status, entrypoint,
-           sum(count) AS n
-      FROM {stats}, since
-     WHERE created > since.t AND ($2::text IS NULL OR entrypoint = $2::text)
+    let since = "to_timestamp($1::bigint)";
+    let recent = crate::sql::ops::statistics_since(since, "$2");
+    format!(
+        "SELECT minute, status, entrypoint, sum(n)::bigint AS n FROM (
+    SELECT (EXTRACT(EPOCH FROM created)::bigint / 60) AS minute, status::text AS status,
+           entrypoint, sum(count) AS n
+      FROM {stats} st
+     WHERE {recent}
      GROUP BY 1, 2, 3
     UNION ALL
-    SELECT date_trunc('minute', created), status::text, entrypoint, count(*)
-      FROM {log}, since
-     WHERE NOT aggregated AND created > since.t
-       AND ($2::text IS NULL OR entrypoint = $2::text)
+    SELECT (EXTRACT(EPOCH FROM created)::bigint / 60), status::text, entrypoint, count(*)
+      FROM {log}
+     WHERE created >= {since} AND NOT aggregated
      GROUP BY 1, 2, 3
 ) t
- GROUP BY minute, status, entrypoint
- ORDER BY minute"
-    );
-    query_alone(client, &sql, &[(&micros, Type::INT8), (&only, Type::TEXT)])?
-        .iter()
-        .map(|row| {
-            Ok(Bucket {
-                minute: row.try_get("minute")?,
-                status: row.try_get("status")?,
-                entrypoint: row.try_get("entrypoint")?,
-                count: count(row, "n")?,
-            })
-        })
-        .collect()
+ GROUP BY minute, status, entrypoint"
+    )
 }
 
 /// Handler durations of one entrypoint (or every one) from the log over a window: from

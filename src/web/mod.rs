@@ -35,8 +35,8 @@ mod pages;
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
@@ -190,9 +190,24 @@ impl Dashboard {
             options: self.options,
             queue,
             feed,
+            minutes: Mutex::new(data::Minutes::default()),
         });
         let server = Arc::new(server);
         let mut threads = vec![listener];
+        // The day's transitions are read once before the first page asks for them.
+        let warm = Arc::clone(&app);
+        threads.push(
+            std::thread::Builder::new()
+                .name("pgqueuer-web-warm".into())
+                .spawn(move || {
+                    if let Err(e) = warm.read(|tx| warm.buckets(tx, None)) {
+                        log::info!(
+                            "pgqueuer web: the first read of the day's figures failed: {e:?}"
+                        );
+                    }
+                })
+                .map_err(|e| Error::Unexpected(format!("cannot start a web thread: {e}")))?,
+        );
         for i in 0..app.options.threads {
             let (app, server, stop) = (Arc::clone(&app), Arc::clone(&server), Arc::clone(&stop));
             let thread = std::thread::Builder::new()
@@ -267,6 +282,8 @@ struct App {
     options: WebOptions,
     queue: Queue,
     feed: Arc<live::Feed>,
+    /// Transitions per minute, kept between requests (one reader for every viewer).
+    minutes: Mutex<data::Minutes>,
 }
 
 /// A response before it is sent.
@@ -567,6 +584,14 @@ impl App {
         Ok(value)
     }
 
+    /// The transitions of the last day per minute, from the shared [`data::Minutes`].
+    fn buckets(&self, tx: &mut Transaction<'_>, only: Option<&str>) -> Result<Vec<data::Bucket>> {
+        self.minutes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .read(tx, &self.settings, only)
+    }
+
     fn page(&self, title: &str, here: &str, body: &Markup) -> Handled {
         Ok(Reply::html(200, &pages::layout(title, here, body)))
     }
@@ -576,7 +601,7 @@ impl App {
         let (entrypoints, buckets, workers, now) = self.read(|tx| {
             Ok((
                 data::entrypoint_counts(tx, s, None)?,
-                data::transitions(tx, s, Duration::from_secs(86_400), None)?,
+                self.buckets(tx, None)?,
                 crate::ops::active_workers(tx, s)?.len(),
                 SystemTime::now(),
             ))
@@ -602,13 +627,15 @@ impl App {
         };
         let s = &self.settings;
         let span = Duration::from_secs(*secs);
-        let (rows, durations, buckets) = self.read(|tx| {
+        let (rows, durations, mut buckets) = self.read(|tx| {
             Ok((
                 data::entrypoint_counts(tx, s, None)?,
                 data::durations(tx, s, span, None)?,
-                data::transitions(tx, s, span, None)?,
+                self.buckets(tx, None)?,
             ))
         })?;
+        let since = SystemTime::now() - span;
+        buckets.retain(|b| b.minute >= since);
         self.page(
             "Entrypoints",
             "/entrypoints",
@@ -629,7 +656,7 @@ impl App {
                 data::held_slots(tx, s, &name)?,
                 data::durations(tx, s, day, Some(&name))?,
                 data::exceptions(tx, s, Some(&name), 20)?,
-                data::transitions(tx, s, day, Some(&name))?,
+                self.buckets(tx, Some(&name))?,
             ))
         })?;
         if counts.is_empty() && buckets.is_empty() && exceptions.is_empty() {
@@ -712,7 +739,7 @@ impl App {
         let s = &self.settings;
         let (held, exceptions) = self.read(|tx| {
             Ok((
-                data::failed(tx, &self.queue, 500)?,
+                data::failed(tx, &self.queue, 200)?,
                 data::exceptions(tx, s, None, 50)?,
             ))
         })?;

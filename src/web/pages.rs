@@ -177,14 +177,15 @@ pub(super) fn overview(o: &Overview<'_>) -> Markup {
     let picked: u64 = o.entrypoints.iter().map(|e| e.picked).sum();
     let failed: u64 = o.entrypoints.iter().map(|e| e.failed).sum();
     let oldest = o.entrypoints.iter().filter_map(|e| e.waiting_since).min();
+    let estimated = o.entrypoints.iter().any(|e| e.estimated);
     let windows = [("1 h", 3600), ("6 h", 6 * 3600), ("24 h", 24 * 3600)];
     let hour = outcome_totals(o.buckets, o.now - Duration::from_secs(3600));
     html! {
         h1 { "Overview" }
         div.cards {
-            div.card #queued { div.n { (queued) } div.label { "queued" } }
+            div.card #queued { div.n { (approx(queued, estimated)) } div.label { "queued" } }
             div.card #picked { div.n { (picked) } div.label { "picked (running)" } }
-            div.card #failed { div.n { (failed) } div.label { "failed (held)" } }
+            div.card #failed { div.n { (approx(failed, estimated)) } div.label { "failed (held)" } }
             div.card { div.n { (o.workers) } div.label { "active workers" } }
             div.card { div.n { (oldest.map_or_else(|| "–".to_owned(), |t| age(t, o.now))) }
                        div.label { "longest wait" } }
@@ -210,6 +211,7 @@ pub(super) fn overview(o: &Overview<'_>) -> Markup {
         }
         h2 { "Backlog by entrypoint" }
         (entrypoint_table(o.entrypoints, None, o.now))
+        (estimate_note(o.entrypoints))
     }
 }
 
@@ -242,8 +244,8 @@ fn entrypoint_table(
                         @for e in rows {
                             tr {
                                 td { (entrypoint_link(&e.entrypoint)) }
-                                td.num { (e.queued) } td.num { (e.deferred) }
-                                td.num { (e.picked) } td.num { (e.failed) }
+                                td.num { (approx(e.queued, e.estimated)) } td.num { (approx(e.deferred, e.estimated)) }
+                                td.num { (e.picked) } td.num { (approx(e.failed, e.estimated)) }
                                 td.num { (e.waiting_since.map_or_else(|| "–".to_owned(), |t| age(t, now))) }
                                 @if let Some((durations, buckets)) = figures {
                                     @let d = durations.iter().find(|d| d.entrypoint == e.entrypoint);
@@ -263,13 +265,31 @@ fn entrypoint_table(
     }
 }
 
+/// A count, marked `≈` when it was estimated from a sample.
+fn approx(n: u64, estimated: bool) -> String {
+    if estimated {
+        format!("≈ {n}")
+    } else {
+        n.to_string()
+    }
+}
+
+fn estimate_note(rows: &[EntrypointCounts]) -> Markup {
+    html! {
+        @if rows.iter().any(|e| e.estimated) {
+            p.muted #estimated { "≈: estimated from a sample of about 10,000 rows (the queue table holds more than "
+                      (super::data::EXACT_BELOW) " rows); picked counts and waits are exact." }
+        }
+    }
+}
+
 /// Terminal transitions of `entrypoint` in `buckets`, and how many were failures
 /// (`exception`, `failed`).
 fn terminal_counts(buckets: &[Bucket], entrypoint: &str) -> (u64, u64) {
     let mut done = 0;
     let mut errors = 0;
-    for b in buckets.iter().filter(|b| b.entrypoint == entrypoint) {
-        match b.status.as_str() {
+    for b in buckets.iter().filter(|b| &*b.entrypoint == entrypoint) {
+        match b.status {
             "successful" | "canceled" | "deleted" => done += b.count,
             "exception" | "failed" => {
                 done += b.count;
@@ -312,6 +332,7 @@ pub(super) fn entrypoints(
             }
         }
         (entrypoint_table(rows, Some((durations, buckets)), now))
+        (estimate_note(rows))
     }
 }
 
@@ -333,10 +354,10 @@ pub(super) fn entrypoint(p: &EntrypointPage<'_>) -> Markup {
     html! {
         h1 { "Entrypoint " (p.name) }
         div.cards {
-            div.card { div.n { (c.queued) } div.label { "queued" } }
-            div.card { div.n { (c.deferred) } div.label { "deferred" } }
+            div.card { div.n { (approx(c.queued, c.estimated)) } div.label { "queued" } }
+            div.card { div.n { (approx(c.deferred, c.estimated)) } div.label { "deferred" } }
             div.card { div.n { (c.picked) } div.label { "picked" } }
-            div.card { div.n { (c.failed) } div.label { "failed (held)" } }
+            div.card { div.n { (approx(c.failed, c.estimated)) } div.label { "failed (held)" } }
             div.card #slots { div.n { (held.len()) } div.label { "slots in use" } }
             div.card #highest { div.n { (highest.map_or_else(|| "–".to_owned(), |h| h.to_string())) }
                        div.label { "highest slot held" } }
@@ -596,6 +617,18 @@ pub(super) fn failures(
     }
 }
 
+/// Workers listed at most, those holding the most jobs first.
+const MAX_WORKERS_SHOWN: usize = 100;
+
+fn shown_workers(active: &[ActiveWorker]) -> Vec<&ActiveWorker> {
+    let mut shown: Vec<&ActiveWorker> = active.iter().collect();
+    if shown.len() > MAX_WORKERS_SHOWN {
+        shown.sort_by_key(|w| std::cmp::Reverse(w.active_jobs));
+        shown.truncate(MAX_WORKERS_SHOWN);
+    }
+    shown
+}
+
 pub(super) fn workers(
     active: &[ActiveWorker],
     stale: &[StaleJob],
@@ -607,9 +640,12 @@ pub(super) fn workers(
         p.muted { "Workers holding picked jobs. A heartbeat older than " (span(stale_after.as_secs_f64()))
                   " is marked stale (" a href="/workers?stale_after=60" { "?stale_after=seconds" } ")." }
         @if active.is_empty() { p.muted { "No worker holds a job." } } @else {
+            @if active.len() > MAX_WORKERS_SHOWN {
+                p.muted { (active.len()) " workers; the " (MAX_WORKERS_SHOWN) " holding the most jobs are shown." }
+            }
             div.scroll { table #workers {
                 thead { tr { th { "worker" } th.num { "jobs" } th { "entrypoints" } th { "newest heartbeat" } th { "oldest heartbeat" } } }
-                tbody { @for w in active {
+                tbody { @for w in shown_workers(active) {
                     @let newest = now.duration_since(w.newest_heartbeat).unwrap_or_default();
                     tr {
                         td { (w.queue_manager_id.to_string()) }

@@ -180,3 +180,100 @@ pub fn card(body: &str, id: &str) -> String {
     let start = rest.find("<div class=\"n\">").expect("a figure") + "<div class=\"n\">".len();
     rest[start..start + rest[start..].find('<').unwrap()].to_owned()
 }
+
+/// The 1 h / 6 h / 24 h figures kept between requests stay exact as jobs finish and as
+/// an aggregation moves log rows into the statistics (each transition counted once).
+#[test]
+fn window_figures_count_each_transition_once_across_aggregations() {
+    let db = TestDb::new();
+    let server = dashboard(&db, WebOptions::default());
+    let addr = server.addr();
+    let queue = Queue::new(db.pool(2));
+    let run = |n: usize| {
+        let jobs: Vec<NewJob> = (0..n)
+            .map(|_| NewJob::new("tally", b"x".to_vec()))
+            .collect();
+        queue.enqueue_many(&jobs).unwrap();
+        pgqueuer::Worker::builder(db.pool(4))
+            .entrypoint("tally", |_, _| Ok(()))
+            .build()
+            .unwrap()
+            .run_until_empty()
+            .unwrap();
+    };
+    let successful = |body: &str| -> u64 {
+        // The 1 h row of the windows table: "1 h", successful, exception, canceled.
+        let at = body.find("<td>1 h</td>").expect("the 1 h row");
+        let cell = &body[at..];
+        let start = cell.find("<td class=\"num\">").unwrap() + "<td class=\"num\">".len();
+        cell[start..start + cell[start..].find('<').unwrap()]
+            .parse()
+            .unwrap()
+    };
+    run(7);
+    assert_eq!(successful(&get(addr, "/").body), 7);
+    run(5);
+    assert_eq!(
+        successful(&get(addr, "/").body),
+        12,
+        "new transitions added"
+    );
+    pgqueuer::ops::aggregate_log(&mut db.client(), &pgqueuer::Settings::default()).unwrap();
+    assert_eq!(
+        successful(&get(addr, "/").body),
+        12,
+        "aggregated rows not counted twice"
+    );
+    run(3);
+    pgqueuer::ops::aggregate_log(&mut db.client(), &pgqueuer::Settings::default()).unwrap();
+    assert_eq!(successful(&get(addr, "/").body), 15, "nor lost");
+    server.shutdown();
+}
+
+/// A queue too large to count on each view: queued, deferred and failed are estimated
+/// from a sample and marked so, within a few percent; picked counts and waits are exact;
+/// an entrypoint with a single queued job is listed although no sample would see it.
+#[test]
+fn a_large_queue_is_estimated_and_says_so() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "INSERT INTO pgqueuer (priority, entrypoint, status, execute_after)
+             SELECT 0, 'bulk_' || (i % 2),
+                    (CASE WHEN i % 50 = 0 THEN 'failed' ELSE 'queued' END)::pgqueuer_status,
+                    now() + CASE WHEN i % 4 = 0 THEN interval '1 hour' ELSE interval '0' END
+               FROM generate_series(1, 240000) AS i;
+             INSERT INTO pgqueuer (priority, entrypoint, status, execute_after)
+             VALUES (0, 'lonely', 'queued', now() - interval '1 minute');
+             INSERT INTO pgqueuer (priority, entrypoint, status, queue_manager_id)
+             SELECT 0, 'bulk_1', 'picked', gen_random_uuid() FROM generate_series(1, 3);
+             ANALYZE pgqueuer;",
+        )
+        .unwrap();
+    let server = dashboard(&db, WebOptions::default());
+    let page = get(server.addr(), "/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("id=\"estimated\""),
+        "the estimate is said"
+    );
+    let figure = card(&page.body, "queued");
+    let queued: f64 = figure
+        .trim_start_matches("≈ ")
+        .parse()
+        .unwrap_or_else(|_| panic!("{figure}"));
+    // 240,000 rows: 1 in 50 failed, the rest queued (a quarter of those deferred).
+    let truth = 240_000.0 * 49.0 / 50.0 + 1.0;
+    assert!(
+        (queued - truth).abs() / truth < 0.1,
+        "estimated {queued} for {truth}"
+    );
+    assert!(figure.starts_with("≈ "), "{figure}");
+    assert_eq!(card(&page.body, "picked"), "3", "picked counts are exact");
+    assert!(
+        page.body.contains("/entrypoints/lonely"),
+        "the lonely entrypoint is listed"
+    );
+    server.shutdown();
+}
