@@ -259,22 +259,22 @@ fn flow_on(
     let backlog: i64 = pool
         .get()
         .unwrap()
-        .query_one("SELECT count(*) FROM pgqueuer WHERE status = 'queued'", &[])
-        .unwrap()
+        .query_typed("SELECT count(*) FROM pgqueuer WHERE status = 'queued'", &[])
+        .unwrap()[0]
         .get(0);
     (rate, u64::try_from(backlog).unwrap_or(0))
 }
 
 /// Transactions committed in the bench database so far (flushed to the statistics about
-/// once a second).
+/// once a second). Unnamed, as every statement through a transaction pooler must be.
 fn db_commits(pool: &Pool) -> i64 {
     pool.get()
         .unwrap()
-        .query_one(
+        .query_typed(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
             &[],
         )
-        .unwrap()
+        .unwrap()[0]
         .get(0)
 }
 

@@ -33,6 +33,7 @@ Monitoring:
   workers      workers holding picked jobs
   dashboard    throughput, backlog and workers (refreshing with --interval)
   listen       print the events on the NOTIFY channel as they arrive
+  web          serve the web dashboard and the Prometheus endpoint
   limits       concurrency slots in use per entrypoint, and the limits they imply
   audit        from the log: the most jobs of each entrypoint picked at once
   prune-log    fold the log into the statistics, then delete old log rows
@@ -48,6 +49,8 @@ Environment:
   PGQUEUER_POOLER: transaction when connecting through a pooler in transaction mode
       (PgBouncer pool_mode = transaction); direct (the default) otherwise
   PGQUEUER_LISTEN_DSN: with PGQUEUER_POOLER=transaction, a direct DSN for pgq listen
+      and for pgq web's live updates
+  PGQUEUER_WEB_USER, PGQUEUER_WEB_PASSWORD: HTTP Basic credentials for pgq web
   PGQUEUER_QUEUE_TABLE, PGQUEUER_CHANNEL, ...: single object names, as in PgQueuer
   PGQUEUER_TABLEFMT (or TABLEFMT): table style: pretty (default), simple, plain, github
   RUST_LOG: log level of the program's own diagnostics (default warn)
