@@ -556,37 +556,34 @@ pub fn prometheus_text<C: GenericClient>(
     fn series(out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
     }
+    /// PgQueuer's form: one sample per (entrypoint, status) row, labelled as it labels.
+    fn by_status(out: &mut String, name: &str, help: &str, rows: &[Row]) -> Result<()> {
+        series(out, name, help);
+        for row in rows {
+            let (entrypoint, status): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+            let n = count_of(row, "n")?;
+            let _ = writeln!(
+                out,
+                "{name}{{aggregation=\"sum\",entrypoint=\"{}\",status=\"{}\"}} {n}",
+                label_value(&entrypoint),
+                label_value(&status)
+            );
+        }
+        Ok(())
+    }
     let mut out = String::new();
-    series(
+    by_status(
         &mut out,
         "pgqueuer_queue_count",
         "Jobs in the queue table, by entrypoint and status.",
-    );
-    for row in &queue {
-        let (entrypoint, status): (String, String) = (row.try_get(0)?, row.try_get(1)?);
-        let n = count_of(row, "n")?;
-        let _ = writeln!(
-            out,
-            "pgqueuer_queue_count{{aggregation=\"sum\",entrypoint=\"{}\",status=\"{}\"}} {n}",
-            label_value(&entrypoint),
-            label_value(&status)
-        );
-    }
-    series(
+        &queue,
+    )?;
+    by_status(
         &mut out,
         "pgqueuer_logs_count",
         "Job transitions logged over the last 5 minutes, by entrypoint and status.",
-    );
-    for row in &logs {
-        let (entrypoint, status): (String, String) = (row.try_get(0)?, row.try_get(1)?);
-        let n = count_of(row, "n")?;
-        let _ = writeln!(
-            out,
-            "pgqueuer_logs_count{{aggregation=\"sum\",entrypoint=\"{}\",status=\"{}\"}} {n}",
-            label_value(&entrypoint),
-            label_value(&status)
-        );
-    }
+        &logs,
+    )?;
     let limited: Vec<&SlotUse> = slots.iter().filter(|s| s.highest.is_some()).collect();
     series(
         &mut out,

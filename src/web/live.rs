@@ -76,6 +76,11 @@ impl Feed {
         Some(rx)
     }
 
+    /// Event streams being served.
+    pub(super) fn open_streams(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
     fn polling(&self) -> bool {
         *self.mode.lock().unwrap_or_else(PoisonError::into_inner) == Mode::Polling
     }

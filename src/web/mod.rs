@@ -233,6 +233,7 @@ impl Dashboard {
             server,
             stop,
             threads,
+            feed: Arc::clone(&app.feed),
         })
     }
 }
@@ -243,6 +244,7 @@ pub struct WebServer {
     server: Arc<Server>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    feed: Arc<live::Feed>,
 }
 
 impl std::fmt::Debug for WebServer {
@@ -259,11 +261,17 @@ impl WebServer {
         self.addr
     }
 
-    /// Stops serving: open event streams end, threads are joined.
+    /// Stops serving: threads are joined, and open event streams (each on a thread of
+    /// its own, which notices within half a second) tell their pages and end.
     pub fn shutdown(self) {
         self.stop.store(true, Ordering::Relaxed);
         self.server.unblock();
+        let feed = Arc::clone(&self.feed);
         self.join();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while feed.open_streams() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Blocks until the server stops (for a program whose only job is serving; it stops
@@ -878,6 +886,7 @@ fn back_to(request: &Request, fallback: &str) -> String {
                 .or_else(|| r.strip_prefix("https://"))
         })
         .and_then(|rest| rest.strip_prefix(host))
-        .filter(|path| path.starts_with('/'))
+        // A path of this server only: `//host/...` would send the browser elsewhere.
+        .filter(|path| path.starts_with('/') && !path.starts_with("//") && !path.contains('\\'))
         .map_or_else(|| fallback.to_owned(), ToOwned::to_owned)
 }

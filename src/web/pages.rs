@@ -465,7 +465,7 @@ pub(super) fn jobs(p: &JobsPage<'_>) -> Markup {
         } @else {
             div.scroll { table #jobs {
                 thead { tr { th { "id" } th { "entrypoint" } th { "status" } th.num { "priority" }
-                             th.num { "attempts" } th { "slot" } th { "enqueued" } th { "due" } th.num { "payload" } } }
+                             th.num { "attempts" } th { "slot" } th { "worker" } th { "enqueued" } th { "due" } th.num { "payload" } } }
                 tbody { @for j in p.rows { tr {
                     td { (job_link(j.id)) }
                     td { (entrypoint_link(&j.entrypoint)) }
@@ -473,10 +473,12 @@ pub(super) fn jobs(p: &JobsPage<'_>) -> Markup {
                     td.num { (j.priority) }
                     td.num { (j.attempts) }
                     td { (j.slot.map_or_else(String::new, |s| s.to_string())) }
+                    td.muted { @if let Some(w) = j.queue_manager_id {
+                        span title=(w.to_string()) { (w.to_string().get(..8).unwrap_or_default()) }
+                    } }
                     td { (age(j.created, p.now)) " ago" }
                     td { @if j.execute_after > p.now { "in " (span(j.execute_after.duration_since(p.now).unwrap_or_default().as_secs_f64())) } @else { "now" } }
                     td.num { (j.payload_bytes.map_or_else(|| "–".to_owned(), |b| format!("{b} B"))) }
-                    @if j.queue_manager_id.is_some() { }
                 } } }
             } }
         }
