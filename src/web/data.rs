@@ -414,14 +414,15 @@ pub(super) struct JobRow {
     pub payload_bytes: Option<i32>,
 }
 
-/// Up to `limit` jobs after id `after`, in id order (the primary key's, so any page of
-/// any filter costs the same), filtered by status and entrypoint.
+/// Up to `limit` jobs after id `after` (and `offset` more skipped, for PgQueuer's
+/// `page=` links), in id order (the primary key's, so a page of any filter costs the
+/// same), filtered by status and entrypoint.
 pub(super) fn jobs<C: GenericClient>(
     client: &mut C,
     s: &Settings,
     status: Option<Status>,
     entrypoint: Option<&str>,
-    after: JobId,
+    (after, offset): (JobId, i64),
     limit: i64,
 ) -> Result<Vec<JobRow>> {
     let queue = s.qualify(&s.queue_table);
@@ -433,7 +434,7 @@ pub(super) fn jobs<C: GenericClient>(
    AND ($2::text IS NULL OR status::text = $2::text)
    AND ($3::text IS NULL OR entrypoint = $3::text)
  ORDER BY id
- LIMIT $4::bigint"
+ LIMIT $4::bigint OFFSET $5::bigint"
     );
     let status = status.map(Status::as_str);
     query_alone(
@@ -444,6 +445,7 @@ pub(super) fn jobs<C: GenericClient>(
             (&status, Type::TEXT),
             (&entrypoint, Type::TEXT),
             (&limit, Type::INT8),
+            (&offset, Type::INT8),
         ],
     )?
     .iter()

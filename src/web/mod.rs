@@ -709,9 +709,27 @@ impl App {
                 .filter(|n| *n >= 0)
                 .ok_or_else(|| Problem::BadRequest(format!("after={text} is not a job id")))?,
         };
+        // PgQueuer's `page=N` (from 1), so its links carry over.
+        let offset = match r.param("page") {
+            None => 0,
+            Some(text) => text
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=1_000_000).contains(n))
+                .map(|n| (n - 1) * pages::PAGE_SIZE)
+                .ok_or_else(|| Problem::BadRequest(format!("page={text} is not a page number")))?,
+        };
         let s = &self.settings;
-        let mut rows =
-            self.read(|tx| data::jobs(tx, s, status, entrypoint, after, pages::PAGE_SIZE + 1))?;
+        let mut rows = self.read(|tx| {
+            data::jobs(
+                tx,
+                s,
+                status,
+                entrypoint,
+                (after, offset),
+                pages::PAGE_SIZE + 1,
+            )
+        })?;
         let more = rows.len() > usize::try_from(pages::PAGE_SIZE).unwrap_or(50);
         rows.truncate(usize::try_from(pages::PAGE_SIZE).unwrap_or(50));
         self.page(

@@ -189,6 +189,7 @@ fn bad_input_gets_400_unknown_things_404_and_the_server_serves_on() {
             "is not one of queued, picked, failed",
         ),
         ("/jobs?after=-1", 400, "is not a job id"),
+        ("/jobs?page=0", 400, "is not a page number"),
         ("/entrypoints?window=7d", 400, "is not one of 1h, 6h, 24h"),
         (
             "/workers?stale_after=soon",

@@ -52,6 +52,15 @@ fn every_page_shows_the_queue() {
     assert!(page.body.contains(&format!("/jobs/{}\"", f.queued)));
     assert!(page.body.contains(&format!("/jobs/{}\"", f.deferred)));
     assert!(!page.body.contains(&format!("/jobs/{}\"", f.picked)));
+    // PgQueuer's page= links: 50 per page, so page 1 holds both mail jobs, page 2 none.
+    let page = get(addr, "/jobs?status=queued&entrypoint=mail&page=1");
+    assert!(page.body.contains(&format!("/jobs/{}\"", f.deferred)));
+    let page = get(addr, "/jobs?status=queued&entrypoint=mail&page=2");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("No jobs match"),
+        "page 2 skips the first 50"
+    );
 
     let page = get(addr, &format!("/jobs/{}", f.held));
     assert_eq!(page.status, 200);
