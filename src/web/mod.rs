@@ -177,13 +177,13 @@ impl Dashboard {
                  PGQUEUER_WEB_PASSWORD, or bind 127.0.0.1"
             );
         }
+        let queue = Queue::with_settings(self.pool.clone(), &self.settings)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (feed, listener) = live::Feed::start(
             self.pool.clone(),
             self.settings.channel.clone(),
             Arc::clone(&stop),
         );
-        let queue = Queue::with_settings(self.pool.clone(), &self.settings)?;
         let app = Arc::new(App {
             pool: self.pool,
             settings: self.settings,
@@ -193,24 +193,30 @@ impl Dashboard {
             minutes: Mutex::new(data::Minutes::default()),
         });
         let server = Arc::new(server);
+        // Threads started so far stop again if a later one cannot start.
+        let failed = |threads: Vec<JoinHandle<()>>, e: std::io::Error| {
+            stop.store(true, Ordering::Relaxed);
+            for thread in threads {
+                let _ = thread.join();
+            }
+            Error::Unexpected(format!("cannot start a web thread: {e}"))
+        };
         let mut threads = vec![listener];
         // The day's transitions are read once before the first page asks for them.
         let warm = Arc::clone(&app);
-        threads.push(
-            std::thread::Builder::new()
-                .name("pgqueuer-web-warm".into())
-                .spawn(move || {
-                    if let Err(e) = warm.read(|tx| warm.buckets(tx, None)) {
-                        log::info!(
-                            "pgqueuer web: the first read of the day's figures failed: {e:?}"
-                        );
-                    }
-                })
-                .map_err(|e| Error::Unexpected(format!("cannot start a web thread: {e}")))?,
-        );
+        match std::thread::Builder::new()
+            .name("pgqueuer-web-warm".into())
+            .spawn(move || {
+                if let Err(e) = warm.read(|tx| warm.buckets(tx, None)) {
+                    log::info!("pgqueuer web: the first read of the day's figures failed: {e:?}");
+                }
+            }) {
+            Ok(thread) => threads.push(thread),
+            Err(e) => return Err(failed(threads, e)),
+        }
         for i in 0..app.options.threads {
             let (app, server, stop) = (Arc::clone(&app), Arc::clone(&server), Arc::clone(&stop));
-            let thread = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("pgqueuer-web-{i}"))
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
@@ -223,9 +229,11 @@ impl Dashboard {
                             }
                         }
                     }
-                })
-                .map_err(|e| Error::Unexpected(format!("cannot start a web thread: {e}")))?;
-            threads.push(thread);
+                });
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                Err(e) => return Err(failed(threads, e)),
+            }
         }
         log::info!("pgqueuer web: serving http://{bound}");
         Ok(WebServer {
@@ -262,23 +270,37 @@ impl WebServer {
     }
 
     /// Stops serving: threads are joined, and open event streams (each on a thread of
-    /// its own, which notices within half a second) tell their pages and end.
-    pub fn shutdown(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.server.unblock();
-        let feed = Arc::clone(&self.feed);
-        self.join();
-        let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        while feed.open_streams() > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// its own, which notices within half a second) tell their pages and end. Dropping
+    /// the server does the same.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
     }
 
     /// Blocks until the server stops (for a program whose only job is serving; it stops
     /// when the process does).
-    pub fn join(self) {
-        for thread in self.threads {
+    pub fn join(mut self) {
+        for thread in std::mem::take(&mut self.threads) {
             let _ = thread.join();
+        }
+    }
+
+    fn stop_and_join(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.server.unblock();
+        for thread in std::mem::take(&mut self.threads) {
+            let _ = thread.join();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while self.feed.open_streams() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for WebServer {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.stop_and_join();
         }
     }
 }
