@@ -267,12 +267,9 @@ impl Minutes {
         let params: [(&(dyn postgres::types::ToSql + Sync), Type); 2] =
             [(&from_secs, Type::INT8), (&priorities, Type::INT4_ARRAY)];
         let mut rows = client.query_typed_raw(&minutes_since(s), params)?;
-        if full {
-            self.counts.clear();
-            self.full_at = Some(Instant::now());
-        } else {
-            self.counts.retain(|(m, _, _), _| *m < from);
-        }
+        // Into a map of its own first: a read that fails half way (a statement timeout)
+        // leaves the kept minutes as they were.
+        let mut fresh: HashMap<(i64, Status, Arc<str>), u64> = HashMap::new();
         while let Some(row) = rows.next()? {
             let Some(status) = Status::parse(row.try_get("status")?) else {
                 continue;
@@ -287,9 +284,16 @@ impl Minutes {
                 }
             };
             let key = (row.try_get::<_, i64>("minute")?, status, name);
-            *self.counts.entry(key).or_default() += count(&row, "n")?;
+            *fresh.entry(key).or_default() += count(&row, "n")?;
         }
         drop(rows);
+        if full {
+            self.counts = fresh;
+            self.full_at = Some(Instant::now());
+        } else {
+            self.counts.retain(|(m, _, _), _| *m < from);
+            self.counts.extend(fresh);
+        }
         let oldest = now_minute - i64::try_from(HISTORY.as_secs() / 60).unwrap_or(1440);
         self.counts.retain(|(m, _, _), _| *m >= oldest);
         if full {

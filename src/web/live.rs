@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,9 @@ enum Mode {
 }
 
 pub(super) struct Feed {
-    subscribers: Mutex<Vec<Sender<()>>>,
+    /// Each stream's sender, and a weak handle on its token: a stream that ended has
+    /// dropped its token, and its sender goes at the next subscription or change.
+    subscribers: Mutex<Vec<(Sender<()>, Weak<()>)>>,
     mode: Mutex<Mode>,
     /// Streams being served (each on a thread of its own).
     open: AtomicUsize,
@@ -62,18 +64,22 @@ impl Feed {
         (feed, thread)
     }
 
-    /// A receiver of change ticks, or `None` when [`MAX_STREAMS`] are open.
-    pub(super) fn subscribe(&self) -> Option<Receiver<()>> {
+    /// A receiver of change ticks and the stream's token (held while it is served), or
+    /// `None` when [`MAX_STREAMS`] are open.
+    pub(super) fn subscribe(&self) -> Option<Subscription> {
         let open = self.open.load(Ordering::Relaxed);
         if open >= MAX_STREAMS {
             return None;
         }
         let (tx, rx) = bounded(1);
-        self.subscribers
+        let token = Arc::new(());
+        let mut subscribers = self
+            .subscribers
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(tx);
-        Some(rx)
+            .unwrap_or_else(PoisonError::into_inner);
+        subscribers.retain(|(_, alive)| alive.strong_count() > 0);
+        subscribers.push((tx, Arc::downgrade(&token)));
+        Some(Subscription { ticks: rx, token })
     }
 
     /// Event streams being served.
@@ -96,7 +102,10 @@ impl Feed {
             .subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        subscribers.retain(|s| !matches!(s.try_send(()), Err(TrySendError::Disconnected(()))));
+        subscribers.retain(|(s, alive)| {
+            alive.strong_count() > 0
+                && !matches!(s.try_send(()), Err(TrySendError::Disconnected(())))
+        });
     }
 
     fn listen(&self, pool: &Pool, channel: &str) {
@@ -186,14 +195,22 @@ impl Feed {
 /// Serves one page's event stream on `request`'s connection until the page goes away
 /// or the server stops. The response head is written by hand: tiny_http buffers a
 /// chunked body in 8 KiB pieces, which would hold events back.
-pub(super) fn stream(feed: &Arc<Feed>, request: tiny_http::Request, ticks: Receiver<()>) {
+/// One page's place in the feed.
+pub(super) struct Subscription {
+    ticks: Receiver<()>,
+    /// Dropped when the stream ends, which tells the feed to forget it.
+    token: Arc<()>,
+}
+
+pub(super) fn stream(feed: &Arc<Feed>, request: tiny_http::Request, subscription: Subscription) {
     feed.open.fetch_add(1, Ordering::Relaxed);
     let thread_feed = Arc::clone(feed);
     let spawned = std::thread::Builder::new()
         .name("pgqueuer-web-events".into())
         .spawn(move || {
             let feed = thread_feed;
-            serve_stream(&feed, request, &ticks);
+            serve_stream(&feed, request, &subscription.ticks);
+            drop(subscription.token);
             feed.open.fetch_sub(1, Ordering::Relaxed);
         });
     if let Err(e) = spawned {

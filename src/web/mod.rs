@@ -451,7 +451,7 @@ impl App {
             reply
         } else if path == "/events" && *request.method() == Method::Get {
             match self.feed.subscribe() {
-                Some(ticks) => return live::stream(&self.feed, request, ticks),
+                Some(subscription) => return live::stream(&self.feed, request, subscription),
                 None => Problem::Unavailable(format!(
                     "{} live pages are open already; this one will poll.",
                     live::MAX_STREAMS
