@@ -125,9 +125,10 @@ pub(crate) fn statistics_since(since: &str, prios: &str) -> String {
 }
 
 /// Log transitions per entrypoint and status over the last `$1 bigint` microseconds
-/// (`$2 int[]`: the statistics' priorities), read without writing: the statistics table's buckets plus the log rows no
-/// aggregation has folded yet (what an aggregation would add), so the counts are those
-/// PgQueuer reads after aggregating. `entrypoint`, `status text`, `n bigint`.
+/// (`$2 int[]`: the statistics' priorities), read without writing: the statistics
+/// table's buckets plus the log rows no aggregation has folded yet (what an aggregation
+/// would add), so the counts are those PgQueuer reads after aggregating. `entrypoint`,
+/// `status text`, `n bigint`.
 pub(crate) fn log_count_since_by_status(s: &Settings) -> String {
     let log = s.qualify(&s.queue_table_log);
     let stats = s.qualify(&s.statistics_table);
@@ -151,9 +152,9 @@ pub(crate) fn log_count_since_by_status(s: &Settings) -> String {
 }
 
 /// The figures of ours in the Prometheus text, one row: per entrypoint with eligible
-/// queued jobs the age of the longest wait (`waits`: `entrypoint`, `age float8`, as
-/// arrays), picked jobs whose heartbeat is older than `$1 bigint` microseconds (`stale`),
-/// and log rows not aggregated yet (`unaggregated`).
+/// queued jobs the age of its longest wait (`entrypoints text[]` and `ages float8[]`, in
+/// the same order), picked jobs whose heartbeat is older than `$1 bigint` microseconds
+/// (`stale`), and log rows not aggregated yet (`unaggregated`).
 pub(crate) fn queue_health(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
