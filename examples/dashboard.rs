@@ -25,7 +25,11 @@ fn main() -> Result<(), pgqueuer::Error> {
         .entrypoint("resize", |job, _ctx| {
             // Stands in for real work, long enough to see jobs picked on the page.
             std::thread::sleep(Duration::from_millis(300));
-            println!("job {}: resized {}", job.id, job.payload_str().unwrap_or("?"));
+            println!(
+                "job {}: resized {}",
+                job.id,
+                job.payload_str().unwrap_or("?")
+            );
             Ok(())
         })
         .build()?;
