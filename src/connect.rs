@@ -228,10 +228,14 @@ impl Conn {
         self.statements.pooler
     }
 
-    /// Where a worker's listener connects when this connection goes through a
-    /// transaction pooler (`ConnectOptions::listen_dsn`), if anywhere.
-    pub(crate) fn listen_config(&self) -> Option<&Config> {
-        self.listen.as_ref()
+    /// Where a LISTEN connection beside this one connects: like this connection when it
+    /// is direct; through a transaction pooler, to the listen DSN
+    /// (`ConnectOptions::listen_dsn`), or nowhere (LISTEN cannot work there: poll).
+    pub(crate) fn listen_target(&self) -> Option<Config> {
+        match self.statements.pooler {
+            Pooler::Direct => Some(self.config().clone()),
+            Pooler::Transaction => self.listen.clone(),
+        }
     }
 
     /// Turns sequential scans, bitmap scans, sorts and JIT off for this session, so the

@@ -233,6 +233,18 @@ pub struct FailedJob {
     pub failure: Option<Failure>,
 }
 
+impl FailedJob {
+    /// A held job's row with its latest failure (the `failure` column of the held-jobs
+    /// statement).
+    pub(crate) fn from_row(row: &postgres::Row) -> crate::Result<FailedJob> {
+        let failure: Option<serde_json::Value> = row.try_get("failure")?;
+        Ok(FailedJob {
+            job: Job::from_row(row)?,
+            failure: failure.as_ref().and_then(Failure::from_json),
+        })
+    }
+}
+
 /// The most bytes an entrypoint name may have (it lives in B-tree indexes, whose entries
 /// PostgreSQL caps at about 2.7 kB).
 pub(crate) const MAX_ENTRYPOINT_BYTES: usize = 255;

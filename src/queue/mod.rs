@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
-use serde_json::Value;
 
 pub use explain::{Explanation, SlotHolder};
 pub use new_job::NewJob;
@@ -21,7 +20,7 @@ pub use new_job::NewJob;
 use crate::connect::{Conn, Param, Pool};
 use crate::error::{Error, Result};
 use crate::events::{Cancellation, Event, Operation, TableChanged};
-use crate::job::{FailedJob, Failure, Job, JobId, LogEntry, Status, status_of};
+use crate::job::{FailedJob, Job, JobId, LogEntry, Status, status_of};
 use crate::settings::Settings;
 use crate::sql::queue::{CHANNEL_NOTIFY_MANY, QueueSql};
 use crate::sqlstate::{self, ErrorKind};
@@ -284,13 +283,7 @@ impl Queue {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.query(&self.sql.select_failed, &[(&limit, Type::INT8)])?
             .iter()
-            .map(|row| {
-                let failure: Option<Value> = row.try_get("failure")?;
-                Ok(FailedJob {
-                    job: Job::from_row(row)?,
-                    failure: failure.as_ref().and_then(Failure::from_json),
-                })
-            })
+            .map(FailedJob::from_row)
             .collect()
     }
 

@@ -101,11 +101,10 @@ impl Listener {
     fn open(queue: &Queue, deadline: Instant) -> Listener {
         let budget = deadline.saturating_duration_since(Instant::now());
         let mut config = match queue.pool.get_timeout(budget.max(MIN_CHECKOUT_WAIT)) {
-            Ok(conn) => match (conn.pooler(), conn.listen_config()) {
-                (crate::Pooler::Direct, _) => conn.config().clone(),
-                (crate::Pooler::Transaction, Some(listen)) => listen.clone(),
+            Ok(conn) => match conn.listen_target() {
+                Some(config) => config,
                 // LISTEN through a transaction pooler would not hear anything.
-                (crate::Pooler::Transaction, None) => return Listener { client: None },
+                None => return Listener { client: None },
             },
             Err(e) => {
                 log::warn!("pgqueuer wait_for: no connection to copy for LISTEN ({e}); polling");

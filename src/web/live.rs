@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounde
 use fallible_iterator::FallibleIterator;
 use postgres::NoTls;
 
-use crate::connect::{Pool, Pooler};
+use crate::connect::Pool;
 use crate::sql::quote_identifier;
 
 /// Changes closer together than this become one event.
@@ -112,11 +112,7 @@ impl Feed {
         let mut warned = false;
         while !self.stop.load(Ordering::Relaxed) {
             let config = match pool.get_timeout(Duration::from_secs(2)) {
-                Ok(conn) => match (conn.pooler(), conn.listen_config()) {
-                    (Pooler::Direct, _) => Some(conn.config().clone()),
-                    (Pooler::Transaction, Some(listen)) => Some(listen.clone()),
-                    (Pooler::Transaction, None) => None,
-                },
+                Ok(conn) => conn.listen_target(),
                 Err(_) => {
                     self.sleep(Duration::from_secs(2));
                     continue;

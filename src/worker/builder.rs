@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{Claimer, ClaimerBuilder};
-use crate::connect::{Pool, Pooler};
+use crate::connect::Pool;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::settings::Settings;
@@ -283,10 +283,9 @@ impl WorkerBuilder {
         crate::schema::verify_with(&mut conn, &settings)?;
         // Where the listener connects: a connection like the pool's, or, through a
         // transaction pooler, the listen DSN; without one the worker polls.
-        let (listen, poll_interval) = match (conn.pooler(), conn.listen_config()) {
-            (Pooler::Direct, _) => (Some(conn.config().clone()), None),
-            (Pooler::Transaction, Some(listen)) => (Some(listen.clone()), None),
-            (Pooler::Transaction, None) => {
+        let (listen, poll_interval) = match conn.listen_target() {
+            Some(listen) => (Some(listen), None),
+            None => {
                 super::warn_always(format_args!(
                     "pgqueuer worker: the pool goes through a transaction pooler, where \
                      LISTEN cannot work, and no listen_dsn is set (ConnectOptions::listen_dsn, \

@@ -46,7 +46,8 @@ fn binary() -> PathBuf {
     )
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now (for a server about to start).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

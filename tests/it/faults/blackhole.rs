@@ -3,11 +3,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::checks::{
-    Producer, RUNS_DDL, assert_limits, count, max_overlap, outcomes, successful, wait_all_done,
-};
+use super::checks::{Producer, RUNS_DDL, assert_limits, max_overlap, outcomes, wait_all_done};
 use super::process::{assert_running, digest, spawn_fleet, terminate_all, worker_args};
-use super::summary::{Row, concurrency, report};
+use super::summary::{Ended, report_all_done};
 use crate::harness::TestDb;
 use crate::proxy::CountingProxy;
 
@@ -91,16 +89,17 @@ fn a_black_holed_network_is_noticed_and_survived() {
         ids.len(),
         first_run_after
     );
-    report(Row {
-        test: "network black hole",
-        faults: format!("{FROZEN:?} silent path (deadline {DEADLINE_S} s)"),
-        enqueued: ids.len(),
-        completed: successful(&done),
-        lost: lost.len(),
-        concurrency: concurrency(&max, &limits),
-    });
-    assert!(lost.is_empty(), "lost jobs: {lost:?}");
-    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+    report_all_done(
+        "network black hole",
+        format!("{FROZEN:?} silent path (deadline {DEADLINE_S} s)"),
+        &Ended {
+            ids,
+            lost: &lost,
+            done: &done,
+            max: &max,
+            limits: &limits,
+        },
+    );
     assert!(
         latencies.iter().all(|l| *l < Duration::from_secs(3)),
         "jobs enqueued after the path returned waited {latencies:?}: a listener did not \

@@ -6,11 +6,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pgqueuer::postgres::NoTls;
 
-use super::checks::{
-    Producer, RUNS_DDL, assert_limits, count, max_overlap, outcomes, successful, wait_all_done,
-};
+use super::checks::{Producer, RUNS_DDL, assert_limits, max_overlap, outcomes, wait_all_done};
 use super::process::{assert_running, digest, spawn_fleet, terminate_all, worker_args};
-use super::summary::{Row, concurrency, report};
+use super::summary::{Ended, report_all_done};
 use crate::harness::Throwaway;
 
 /// A server of the test's own crashes mid-run (immediate stop, 2 s down) while two
@@ -94,19 +92,20 @@ fn a_server_crash_mid_run_loses_nothing_and_keeps_the_limits() {
         produced.errors,
         produced.first_errors,
     );
-    report(Row {
-        test: "server crash",
-        faults: format!(
+    report_all_done(
+        "server crash",
+        format!(
             "immediate stop, 2 s down; {} producer errors",
             produced.errors
         ),
-        enqueued: ids.len(),
-        completed: successful(&done),
-        lost: lost.len(),
-        concurrency: concurrency(&max, &limits),
-    });
-    assert!(lost.is_empty(), "lost jobs: {lost:?}");
-    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+        &Ended {
+            ids,
+            lost: &lost,
+            done: &done,
+            max: &max,
+            limits: &limits,
+        },
+    );
     assert!(produced.errors > 0, "the producer never saw the crash");
     assert!(
         produced.ids_after_failure > 0,

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use pgqueuer::{ConnectOptions, JobId, NewJob, Pooler, Queue};
 
 use super::checks::{
-    RUNS_DDL, assert_audit, assert_limits, count, max_overlap, outcomes, successful, wait_all_done,
+    RUNS_DDL, assert_audit, assert_limits, count, max_overlap, outcomes, wait_all_done,
 };
 use super::process::{Proc, assert_running, terminate_all, worker_args};
-use super::summary::{Row, concurrency, report};
+use super::summary::{Ended, report_all_done};
 use crate::harness::{TestDb, scalar, server};
 use crate::pgbouncer::{Mode, PgBouncer};
 
@@ -138,22 +138,23 @@ fn fleet(mode: Mode, default_pool_size: u32) {
          ({distinct} distinct), per worker {per_worker:?}, overlap {max:?}",
         ids.len()
     );
-    report(Row {
-        test: if mode == Mode::Transaction {
+    report_all_done(
+        if mode == Mode::Transaction {
             "pgbouncer transaction"
         } else {
             "pgbouncer session"
         },
-        faults: format!(
+        format!(
             "4 workers x 8 + 2 producers via PgBouncer ({mode_name}, pool {default_pool_size})"
         ),
-        enqueued: ids.len(),
-        completed: successful(&done),
-        lost: lost.len(),
-        concurrency: concurrency(&max, &limits),
-    });
-    assert!(lost.is_empty(), "lost jobs: {lost:?}");
-    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+        &Ended {
+            ids: &ids,
+            lost: &lost,
+            done: &done,
+            max: &max,
+            limits: &limits,
+        },
+    );
     assert_eq!(
         (runs, distinct),
         (count(ids.len()), count(ids.len())),

@@ -5,11 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use pgqueuer::postgres::NoTls;
 
-use super::checks::{
-    Producer, RUNS_DDL, assert_limits, count, max_overlap, outcomes, successful, wait_all_done,
-};
+use super::checks::{Producer, RUNS_DDL, assert_limits, max_overlap, outcomes, wait_all_done};
 use super::process::{assert_running, digest, spawn_fleet, terminate_all, worker_args};
-use super::summary::{Row, concurrency, report};
+use super::summary::{Ended, report_all_done};
 use crate::harness::Throwaway;
 
 /// A server of the test's own is stopped (2 s down) and later restarted while two worker
@@ -94,16 +92,17 @@ fn a_server_restart_mid_run_loses_nothing() {
         produced.first_errors,
         produced.ids_after_failure
     );
-    report(Row {
-        test: "server stop+restart",
-        faults: format!("stop 2 s + restart; {} producer errors", produced.errors),
-        enqueued: ids.len(),
-        completed: successful(&done),
-        lost: lost.len(),
-        concurrency: concurrency(&max, &limits),
-    });
-    assert!(lost.is_empty(), "lost jobs: {lost:?}");
-    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+    report_all_done(
+        "server stop+restart",
+        format!("stop 2 s + restart; {} producer errors", produced.errors),
+        &Ended {
+            ids,
+            lost: &lost,
+            done: &done,
+            max: &max,
+            limits: &limits,
+        },
+    );
     assert!(produced.errors > 0, "the producer never saw the outage");
     assert!(
         produced.ids_after_failure > 0,

@@ -7,11 +7,11 @@ use pgqueuer::postgres::Client;
 use pgqueuer::{JobId, Queue};
 
 use super::checks::{
-    RUNS_DDL, assert_audit, assert_limits, count, enqueue_plan, max_overlap, outcomes, successful,
+    RUNS_DDL, assert_audit, assert_limits, count, enqueue_plan, max_overlap, outcomes,
     wait_all_done,
 };
 use super::process::{Proc, assert_running, spawn_fleet, terminate_all, worker_args};
-use super::summary::{Row, concurrency, report};
+use super::summary::{Ended, report_all_done};
 use crate::harness::{TestDb, scalar};
 
 /// (entrypoint, limit, handler millis, jobs) of the run.
@@ -97,16 +97,17 @@ fn sigkilled_workers_lose_no_job_and_limits_hold() {
         ids.len(),
         runs - distinct
     );
-    report(Row {
-        test: "sigkill workers",
-        faults: format!("{} SIGKILL ({} jobs orphaned)", k.kills, k.orphanings),
-        enqueued: ids.len(),
-        completed: successful(&done),
-        lost: lost.len(),
-        concurrency: concurrency(&max, &limits),
-    });
-    assert!(lost.is_empty(), "lost jobs: {lost:?}");
-    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+    report_all_done(
+        "sigkill workers",
+        format!("{} SIGKILL ({} jobs orphaned)", k.kills, k.orphanings),
+        &Ended {
+            ids: &ids,
+            lost: &lost,
+            done: &done,
+            max: &max,
+            limits: &limits,
+        },
+    );
     assert!(
         k.mid_job >= 3,
         "only {} kills hit a worker mid-job",

@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use pgqueuer::JobId;
+
+use super::checks::{count, successful};
+
 /// How many rows the table has when complete (one per fault test, one for all the
 /// bad-input tests together); the table is printed when the last one is in.
 const FAULT_TESTS: usize = 13;
@@ -62,6 +66,37 @@ pub fn report(row: Row) {
     if rows.len() == FAULT_TESTS {
         eprintln!("\n== fault suite summary ({})\n{table}", path.display());
     }
+}
+
+/// How a run over `ids` ended, as the database tells it.
+pub struct Ended<'a> {
+    pub ids: &'a [JobId],
+    /// The jobs that never finished.
+    pub lost: &'a [JobId],
+    /// Outcomes of `ids` by status.
+    pub done: &'a BTreeMap<String, i64>,
+    /// The highest concurrency seen per entrypoint.
+    pub max: &'a BTreeMap<String, i64>,
+    pub limits: &'a [(&'a str, u32)],
+}
+
+/// Reports the row of a run whose every job must end successful, then fails the test
+/// unless each did and none was lost.
+pub fn report_all_done(test: &'static str, faults: String, ended: &Ended<'_>) {
+    report(Row {
+        test,
+        faults,
+        enqueued: ended.ids.len(),
+        completed: successful(ended.done),
+        lost: ended.lost.len(),
+        concurrency: concurrency(ended.max, ended.limits),
+    });
+    let lost = ended.lost;
+    assert!(lost.is_empty(), "lost jobs: {lost:?}");
+    assert_eq!(
+        ended.done.get("successful").copied(),
+        Some(count(ended.ids.len()))
+    );
 }
 
 /// `entrypoint max/limit` for each limited entrypoint of `limits`, or `-`.

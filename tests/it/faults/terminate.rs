@@ -3,11 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::checks::{
-    Producer, RUNS_DDL, assert_limits, count, max_overlap, outcomes, successful, wait_all_done,
-};
+use super::checks::{Producer, RUNS_DDL, assert_limits, max_overlap, outcomes, wait_all_done};
 use super::process::{assert_running, digest, spawn_fleet, terminate_all, worker_args};
-use super::summary::{Row, concurrency, report};
+use super::summary::{Ended, report_all_done};
 use crate::harness::{TestDb, eventually, scalar};
 
 /// For 5 s, every 300 ms, the listeners' backends or every backend of the test database
@@ -95,19 +93,20 @@ fn terminated_backends_lose_nothing() {
         ids.len(),
         produced.errors
     );
-    report(Row {
-        test: "pg_terminate_backend",
-        faults: format!(
+    report_all_done(
+        "pg_terminate_backend",
+        format!(
             "{} backends killed ({listeners_killed} listeners)",
             listeners_killed + backends_killed
         ),
-        enqueued: ids.len(),
-        completed: successful(&done),
-        lost: lost.len(),
-        concurrency: concurrency(&max, &limits),
-    });
-    assert!(lost.is_empty(), "lost jobs: {lost:?}");
-    assert_eq!(done.get("successful").copied(), Some(count(ids.len())));
+        &Ended {
+            ids,
+            lost: &lost,
+            done: &done,
+            max: &max,
+            limits: &limits,
+        },
+    );
     assert!(listeners_killed >= 2 && backends_killed >= 10);
     assert!(reconnects.iter().all(|n| *n >= 1), "{reconnects:?}");
     assert_limits(&max, &limits);

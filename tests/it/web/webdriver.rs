@@ -2,7 +2,7 @@
 //! HTTP): just what the browser tests use. Debian's `chromium` and `chromium-driver`
 //! are installed on first use when missing (`apt.rs`).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,13 +21,6 @@ pub struct Browser {
     session: String,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
 impl Browser {
     pub fn start() -> Browser {
         let chromium = apt::binary(
@@ -40,7 +33,7 @@ impl Browser {
             "chromium-driver",
             "the browser tests drive Chromium through chromedriver",
         );
-        let port = free_port();
+        let port = crate::pgbouncer::free_port();
         let driver = Command::new(&chromedriver)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
