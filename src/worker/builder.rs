@@ -63,7 +63,7 @@ impl Default for Options {
 /// let pool = pgqueuer::connect("")?; // PGQUEUER_DSN, PGDSN, DATABASE_URL or PG*
 /// let worker = Worker::builder(pool)
 ///     .threads(16) // at most 16 jobs at once
-///     .batch_size(16) // each claim takes up to 16 (never more than idle threads)
+///     .batch_size(16) // each claim takes up to 16
 ///     .heartbeat_timeout(Duration::from_secs(30))
 ///     .entrypoint("email", |_job, _ctx| Ok(()))
 ///     .entrypoint_with(
@@ -108,7 +108,9 @@ impl WorkerBuilder {
 
     /// Executor threads, each running one job at a time: the most jobs this worker runs
     /// at once. Defaults to 10, the default [`WorkerBuilder::batch_size`], so that a claim
-    /// can take a full batch: a claim never takes more jobs than there are idle threads.
+    /// can take a full batch: a claim takes no more jobs than there are idle threads
+    /// (plus, without limits and while handlers are short, one batch ahead: see
+    /// [`WorkerBuilder::batch_size`]).
     ///
     /// Threads are cheap (the worker holds a fixed few pool connections whatever their
     /// number). PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)`
@@ -119,9 +121,17 @@ impl WorkerBuilder {
         self
     }
 
-    /// Most jobs one claim takes; a claim never takes more than there are idle threads,
-    /// so a batch size above [`WorkerBuilder::threads`] cannot be reached (`build()` logs
-    /// a warning). Defaults to 10, as PgQueuer's.
+    /// Most jobs one claim takes; a claim takes no more than there are idle threads, so a
+    /// batch size above [`WorkerBuilder::threads`] cannot be reached (`build()` logs a
+    /// warning). Defaults to 10, as PgQueuer's.
+    ///
+    /// A worker whose entrypoints have no concurrency limit also claims one batch ahead
+    /// of its threads while its handlers are short (a running average under 1 ms): the
+    /// next batch is claimed, and its commit paid, while the current one runs, and its
+    /// jobs wait in the worker for a thread, about one short job's run. Such jobs are
+    /// held like running ones (heartbeats, cancellation) and run at shutdown. Where a
+    /// limit is at stake, or handlers take longer, the worker holds only the jobs its
+    /// threads run, so that idle threads of other workers are not kept waiting.
     #[must_use]
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.options.batch_size = batch_size;
@@ -304,6 +314,12 @@ impl WorkerBuilder {
             usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_LANES))
                 .unwrap_or(1)
         };
+        // No slot is at stake without a limit: a batch may be claimed ahead.
+        let claim_ahead = if claimer.is_capacity_gated() {
+            0
+        } else {
+            o.batch_size
+        };
         let slots_scarce =
             self.registry.limits().iter().any(|(_, limit)| {
                 *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= o.threads)
@@ -321,6 +337,7 @@ impl WorkerBuilder {
                 threads: o.threads,
                 batch_size: o.batch_size,
                 lanes,
+                claim_ahead,
                 slots_scarce,
                 fold_outcomes: slots_scarce && o.reuse_slots,
                 dequeue_timeout: o.dequeue_timeout,
@@ -346,6 +363,9 @@ pub(crate) struct WorkerConfig {
     pub(crate) batch_size: usize,
     /// Claim lanes (1 or 2): claims in flight at once.
     pub(crate) lanes: usize,
+    /// Jobs a claim may take beyond idle threads while handlers are short (see
+    /// `state::Idle`): one batch without limits, none with them.
+    pub(crate) claim_ahead: usize,
     /// Some entrypoint's concurrency limit is no larger than the thread count, so its
     /// slots, not the threads, bound how fast its jobs run: outcomes are written sooner,
     /// and each write wakes the dispatcher.

@@ -1,6 +1,7 @@
 //! The dispatcher: the one owner of claiming (River's producer). It decides when a claim
-//! is worth its statement, how many jobs it takes (never more than idle executors), when
-//! a second claim connection pays, and hands the claimed jobs to the executors.
+//! is worth its statement, how many jobs it takes (no more than idle executors, plus one
+//! batch ahead where no limit is at stake and handlers are short: see [`Idle`]), when a
+//! second claim connection pays, and hands the claimed jobs to the executors.
 //!
 //! It claims on one or two *lanes*, each a thread with a connection of its own. The
 //! primary lane claims whenever threads are free and claiming is not pointless: it keeps
@@ -105,9 +106,11 @@ impl Dispatcher<'_> {
                 self.doorbell.take(Wake::Written);
                 continue;
             }
-            if self.idle.free() == 0 {
+            let enough = self.idle.enough(config.batch_size);
+            if self.idle.room() < enough {
                 let poll = Instant::now() + config.dequeue_timeout;
-                self.wait_while(&[Wake::ThreadFree], poll, || self.idle.free() == 0);
+                self.doorbell.want_threads(enough);
+                self.wait_while(&[Wake::ThreadFree], poll, || self.idle.room() < enough);
                 self.doorbell.take(Wake::ThreadFree);
                 if last_full {
                     self.gather();
@@ -130,7 +133,21 @@ impl Dispatcher<'_> {
             self.doorbell.take(Wake::Resync);
             self.doorbell.take(Wake::Written);
             self.doorbell.take(Wake::Outcomes);
-            let claim = match self.claim(&mut conn, take, true) {
+            // On an idle worker, an executor wakes while the claim is out (see `Handoff`).
+            let primed = self.running.len() == 0;
+            if primed {
+                self.handoff.prime();
+            }
+            let claimed = self.claim(&mut conn, take, true);
+            let n = claimed.as_ref().map_or(0, |c| c.jobs.len());
+            let claimed = claimed.map(|mut claim| {
+                self.start(std::mem::take(&mut claim.jobs));
+                claim
+            });
+            if primed {
+                self.handoff.claim_done();
+            }
+            let claim = match claimed {
                 Ok(claim) => claim,
                 Err(e) if e.is_pooler_mismatch() => {
                     log::error!("pgqueuer claim failed; stopping the worker: {e}");
@@ -146,7 +163,6 @@ impl Dispatcher<'_> {
                 }
             };
             backoff = Duration::from_millis(50);
-            let n = claim.jobs.len();
             last_full = n == take;
             if n > 0 {
                 // A partial batch took everything due as of its snapshot (unless slots
@@ -156,8 +172,7 @@ impl Dispatcher<'_> {
                 if n < take && !claim.lost_race && !config.claimer.is_capacity_gated() {
                     quiet_until = Some(Instant::now() + MIN_POLL);
                 }
-                self.start(claim.jobs);
-                if self.second.batch_bound.load(Ordering::SeqCst) && self.idle.free() > 0 {
+                if self.second.batch_bound.load(Ordering::SeqCst) && self.room_for_a_claim() {
                     let _ = self.second.wake_tx.try_send(());
                 }
                 continue;
@@ -222,9 +237,13 @@ impl Dispatcher<'_> {
         let target = self.config.batch_size.min(self.config.threads);
         let until = Instant::now() + GATHER;
         self.doorbell.want_threads(target);
-        self.wait_while(&[Wake::ThreadFree], until, || self.idle.free() < target);
-        self.doorbell.want_threads(1);
+        self.wait_while(&[Wake::ThreadFree], until, || self.idle.room() < target);
         self.doorbell.take(Wake::ThreadFree);
+    }
+
+    /// True when the room for jobs is worth a claim (see [`Idle::enough`]).
+    fn room_for_a_claim(&self) -> bool {
+        self.idle.room() >= self.idle.enough(self.config.batch_size)
     }
 
     /// The second lane: claims while claims come back full batches.
@@ -236,7 +255,10 @@ impl Dispatcher<'_> {
                 recv(self.second.wake_rx) -> _ => {},
                 recv(self.shutdown.receiver()) -> _ => return,
             }
-            while !self.shutdown.is_shutdown() && self.second.batch_bound.load(Ordering::SeqCst) {
+            while !self.shutdown.is_shutdown()
+                && self.second.batch_bound.load(Ordering::SeqCst)
+                && self.room_for_a_claim()
+            {
                 let take = self.idle.reserve(config.batch_size);
                 if take == 0 {
                     break;
@@ -290,7 +312,7 @@ impl Dispatcher<'_> {
                 lost,
             );
             self.stats
-                .load(self.running.len() + taken, self.idle.free());
+                .load(self.running.len() + taken, self.idle.idle_threads());
         }
         if let Ok(claim) = &claimed {
             self.second.batch_bound.store(
@@ -307,6 +329,9 @@ impl Dispatcher<'_> {
 
     /// Registers claimed jobs as held and hands them to the executors.
     fn start(&self, jobs: Vec<crate::Job>) {
+        if jobs.is_empty() {
+            return;
+        }
         self.running.add(&jobs);
         self.handoff.push(jobs);
     }

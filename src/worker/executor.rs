@@ -70,6 +70,9 @@ impl Executor<'_> {
             if !self.handoff.wait(self.dispatching) {
                 break;
             }
+            if let Some(job) = self.handoff.take_primed() {
+                self.execute(&job, &mut rng);
+            }
         }
         // Jobs handed over just before the dispatcher stopped still run.
         while let Some(job) = self.handoff.take() {
@@ -79,6 +82,7 @@ impl Executor<'_> {
 
     /// Runs one job, reports its outcome and frees this thread.
     fn execute(&self, job: &Job, rng: &mut Jitter) {
+        let started = Instant::now();
         match self.config.registry.by_name.get(&job.entrypoint) {
             Some(entry) => self.run_job(job, entry, rng),
             None => {
@@ -91,9 +95,10 @@ impl Executor<'_> {
                 });
             }
         }
+        self.idle.ran(started.elapsed());
         self.idle.release(1);
         self.doorbell.ring_if_wanted(Wake::Outcomes);
-        self.doorbell.thread_freed(self.idle.free());
+        self.doorbell.thread_freed(self.idle.room());
     }
 
     /// Runs the handler (in its trace span, when the job carries a trace context) and

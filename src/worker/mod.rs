@@ -165,7 +165,7 @@ impl Worker {
         let config = &*self.config;
         let shutdown = &self.shutdown;
         let doorbell = Doorbell::new();
-        let idle = Idle::new(config.threads);
+        let idle = Idle::new(config.threads, config.claim_ahead);
         let handoff = Handoff::new(config.threads);
         let running = Running::default();
         let outcomes = Outcomes::new(config);

@@ -10,7 +10,7 @@
 //! - [`ConnSlot`]: a pool connection a thread keeps for its loop.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -120,30 +120,67 @@ impl Doorbell {
     }
 }
 
-/// Executor threads that are idle and not promised a handed-over job.
+/// Room for claimed jobs: executor threads that are idle and not promised a handed-over
+/// job, plus the jobs a claim may take ahead of the threads.
 ///
-/// The dispatcher reserves up to a batch of them before it claims, so that a claim never
-/// takes more jobs than there are threads to start them (a claimed job of a limited
-/// entrypoint holds a concurrency slot: over-claiming would starve other workers), and
-/// gives back what the claim did not fill. Each executor gives one back when it finishes
-/// a job, whether it then takes a handed-over job or goes idle: the count stays "idle
-/// threads minus jobs waiting for one" either way.
-pub(crate) struct Idle(AtomicUsize);
+/// The dispatcher reserves room before it claims and gives back what the claim did not
+/// fill; each executor gives one back when it finishes a job, whether it then takes a
+/// handed-over job or goes idle: the count stays "idle threads minus jobs waiting for one,
+/// plus the ahead allowance" either way.
+///
+/// Where a limit is at stake the allowance is zero: a claimed job of a limited entrypoint
+/// holds a concurrency slot, and taking more than there are threads to start them would
+/// keep slots from other workers. Elsewhere a claim may take up to one batch ahead, so
+/// that the next batch is claimed (and its commit paid) while this one runs, instead of
+/// after, but only while handlers are short ([`AHEAD_WHILE_SHORTER`]): a job claimed
+/// ahead waits in the hand-off for a thread, and should wait about one short job's run,
+/// not a long one while another worker's threads sit idle.
+pub(crate) struct Idle {
+    room: AtomicUsize,
+    ahead: usize,
+    /// A running average of handler run times, in microseconds (`u64::MAX` before the
+    /// first job ends: nothing is claimed ahead until handlers are known to be short).
+    recent_us: AtomicU64,
+}
+
+/// Jobs are claimed ahead of free threads only while the running average of handler run
+/// times is below this.
+pub(crate) const AHEAD_WHILE_SHORTER: Duration = Duration::from_millis(1);
 
 impl Idle {
-    pub(crate) fn new(threads: usize) -> Idle {
-        Idle(AtomicUsize::new(threads))
+    /// `threads` executors, and up to `ahead` jobs claimed beyond them.
+    pub(crate) fn new(threads: usize, ahead: usize) -> Idle {
+        Idle {
+            room: AtomicUsize::new(threads + ahead),
+            ahead,
+            recent_us: AtomicU64::new(u64::MAX),
+        }
     }
 
-    /// Reserves up to `want` threads; returns how many (0 when none is free).
+    /// The allowance in force: `ahead` while handlers are short, else none.
+    fn ahead_now(&self) -> usize {
+        let short = u64::try_from(AHEAD_WHILE_SHORTER.as_micros()).unwrap_or(u64::MAX);
+        if self.recent_us.load(Ordering::Relaxed) < short {
+            self.ahead
+        } else {
+            0
+        }
+    }
+
+    /// The room beyond the allowance not in force.
+    fn usable(&self, room: usize) -> usize {
+        room.saturating_sub(self.ahead - self.ahead_now())
+    }
+
+    /// Reserves room for up to `want` jobs; returns how many (0 when there is none).
     pub(crate) fn reserve(&self, want: usize) -> usize {
-        let mut current = self.0.load(Ordering::SeqCst);
+        let mut current = self.room.load(Ordering::SeqCst);
         loop {
-            let take = current.min(want);
+            let take = self.usable(current).min(want);
             if take == 0 {
                 return 0;
             }
-            match self.0.compare_exchange(
+            match self.room.compare_exchange(
                 current,
                 current - take,
                 Ordering::SeqCst,
@@ -155,14 +192,39 @@ impl Idle {
         }
     }
 
-    /// Gives back `n` threads.
+    /// Gives back room for `n` jobs.
     pub(crate) fn release(&self, n: usize) {
-        self.0.fetch_add(n, Ordering::SeqCst);
+        self.room.fetch_add(n, Ordering::SeqCst);
     }
 
-    /// How many are free now.
-    pub(crate) fn free(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
+    /// The room (see [`Idle::enough`]) a claim would find now.
+    pub(crate) fn room(&self) -> usize {
+        self.usable(self.room.load(Ordering::SeqCst))
+    }
+
+    /// The least room worth a claim of up to `batch`: one idle thread, or, claiming
+    /// ahead, a whole batch (a thread coming back then takes a waiting job; claiming for
+    /// it alone would pay a commit for one job).
+    pub(crate) fn enough(&self, batch: usize) -> usize {
+        (self.ahead_now() + 1).min(batch).max(1)
+    }
+
+    /// Idle threads with no job waiting for them.
+    pub(crate) fn idle_threads(&self) -> usize {
+        self.room.load(Ordering::SeqCst).saturating_sub(self.ahead)
+    }
+
+    /// A handler ran for `took`.
+    pub(crate) fn ran(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let old = self.recent_us.load(Ordering::Relaxed);
+        let new = if old == u64::MAX {
+            us
+        } else {
+            // The last 8 or so jobs count; a lost update between threads costs nothing.
+            old - old / 8 + us / 8
+        };
+        self.recent_us.store(new, Ordering::Relaxed);
     }
 }
 
@@ -174,6 +236,11 @@ impl Idle {
 /// sleeping thread costs several microseconds of CPU, as much as PostgreSQL spends on a
 /// good part of a short job). No job waits for a wake that never comes: an executor back
 /// from a job takes the next waiting one before it sleeps.
+///
+/// On an idle worker the wake is what a job's start latency is made of: the dispatcher
+/// then wakes one executor as its claim goes out ([`Handoff::prime`]), and that executor
+/// waits awake until the claim is back ([`Handoff::take_primed`]): the claim's round trip
+/// and the executor's wake overlap instead of following each other.
 pub(crate) struct Handoff {
     jobs_tx: Sender<Job>,
     jobs_rx: Receiver<Job>,
@@ -182,7 +249,14 @@ pub(crate) struct Handoff {
     /// A wake token is on its way to an idle executor that has not yet come round; while
     /// it is, takers send no more (each token wakes a thread).
     waking: AtomicBool,
+    /// A claim is out for which an executor was primed.
+    claiming: AtomicBool,
+    /// Executors waiting awake for the claim's jobs: a push then wakes nobody.
+    primed: AtomicUsize,
 }
+
+/// Longest a primed executor waits awake, should the claim take longer.
+const PRIMED_AT_MOST: Duration = Duration::from_millis(5);
 
 impl Handoff {
     pub(crate) fn new(threads: usize) -> Handoff {
@@ -194,7 +268,41 @@ impl Handoff {
             wake_tx,
             wake_rx,
             waking: AtomicBool::new(false),
+            claiming: AtomicBool::new(false),
+            primed: AtomicUsize::new(0),
         }
+    }
+
+    /// A claim goes out on an idle worker: wakes an executor to wait awake for its jobs.
+    pub(crate) fn prime(&self) {
+        self.claiming.store(true, Ordering::SeqCst);
+        self.wake_one();
+    }
+
+    /// The primed claim is back (its jobs, if any, pushed).
+    pub(crate) fn claim_done(&self) {
+        self.claiming.store(false, Ordering::SeqCst);
+    }
+
+    /// For an executor just woken: while a primed claim is out, waits awake for one of
+    /// its jobs (yielding the core), then takes what is there.
+    pub(crate) fn take_primed(&self) -> Option<Job> {
+        if !self.claiming.load(Ordering::SeqCst) {
+            return self.take();
+        }
+        self.primed.fetch_add(1, Ordering::SeqCst);
+        let until = Instant::now() + PRIMED_AT_MOST;
+        let mut job = None;
+        while job.is_none() && self.claiming.load(Ordering::SeqCst) && Instant::now() < until {
+            job = self.take();
+            if job.is_none() {
+                std::thread::yield_now();
+            }
+        }
+        // After the count drops, a push wakes someone; what was pushed before is taken
+        // here.
+        self.primed.fetch_sub(1, Ordering::SeqCst);
+        job.or_else(|| self.take())
     }
 
     /// Queues claimed jobs and wakes one idle executor for them.
@@ -206,7 +314,9 @@ impl Handoff {
             // Cannot fail: this struct holds a receiver.
             let _ = self.jobs_tx.send(job);
         }
-        self.wake_one();
+        if self.primed.load(Ordering::SeqCst) == 0 {
+            self.wake_one();
+        }
     }
 
     /// A waiting job, if any; wakes one more idle executor when others still wait.
@@ -447,12 +557,34 @@ mod tests {
 
     #[test]
     fn idle_threads_are_reserved_and_given_back() {
-        let idle = Idle::new(4);
+        let idle = Idle::new(4, 0);
         assert_eq!(idle.reserve(3), 3);
         assert_eq!(idle.reserve(3), 1);
         assert_eq!(idle.reserve(1), 0);
         idle.release(2);
-        assert_eq!(idle.free(), 2);
+        assert_eq!(idle.room(), 2);
+        assert_eq!(idle.enough(10), 1);
+    }
+
+    #[test]
+    fn jobs_are_claimed_ahead_only_while_handlers_are_short() {
+        let idle = Idle::new(4, 4);
+        // Before any job has run nothing is claimed ahead.
+        assert_eq!((idle.room(), idle.enough(4)), (4, 1));
+        assert_eq!(idle.reserve(8), 4);
+        assert_eq!(idle.reserve(8), 0);
+        idle.ran(Duration::from_micros(50));
+        // Short handlers: a whole batch more, and only a whole batch is worth a claim.
+        assert_eq!((idle.room(), idle.enough(4)), (4, 4));
+        assert_eq!(idle.reserve(8), 4);
+        assert_eq!(idle.idle_threads(), 0);
+        idle.release(8);
+        assert_eq!(idle.idle_threads(), 4);
+        // Long handlers: the allowance lapses, room held ahead included.
+        for _ in 0..64 {
+            idle.ran(Duration::from_millis(20));
+        }
+        assert_eq!((idle.room(), idle.enough(4)), (4, 1));
     }
 
     #[test]

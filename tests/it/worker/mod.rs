@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use pgqueuer::Worker;
 
+mod ahead;
 mod failures;
 mod limits;
 mod recovery;

@@ -1,0 +1,63 @@
+// Drains N pre-inserted no-op jobs with pg-boss and prints one JSON line.
+// Usage: node drain.mjs <connection string> [jobs] [batchSize] [localConcurrency] [max]
+// The database is prepared as for every system: schema installed, CHECKPOINT on empty
+// tables, one bulk insert, VACUUM ANALYZE. The worker polls every 0.5 s (pg-boss's
+// shortest) and fetches back to back while fetches come back full (burstWhenBatchFull).
+import { PgBoss } from "pg-boss";
+import pg from "pg";
+import { readFileSync } from "node:fs";
+
+const [conn, jobsArg, batchArg, concArg, maxArg] = process.argv.slice(2);
+const jobs = Number(jobsArg ?? 50000);
+const batchSize = Number(batchArg ?? 500);
+const localConcurrency = Number(concArg ?? 4);
+const max = Number(maxArg ?? 8);
+
+function cpu() {
+  const stat = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  const busy = stat.slice(0, 8).reduce((a, b) => a + b, 0) - stat[3] - stat[4];
+  const own = readFileSync("/proc/self/stat", "utf8").split(")").pop().trim().split(/\s+/);
+  return { busy, own: Number(own[11]) + Number(own[12]) };
+}
+
+const boss = new PgBoss({ connectionString: conn, max, supervise: false, schedule: false });
+boss.on("error", (e) => console.error(e));
+await boss.start();
+await boss.createQueue("noop");
+const client = new pg.Client({ connectionString: conn });
+await client.connect();
+await client.query("CHECKPOINT");
+const chunk = 5000;
+for (let i = 0; i < jobs; i += chunk) {
+  const n = Math.min(chunk, jobs - i);
+  await boss.insert("noop", Array.from({ length: n }, (_, k) => ({ data: { i: i + k } })));
+}
+await client.query("VACUUM ANALYZE");
+await client.end();
+
+let done = 0;
+let finish;
+const finished = new Promise((resolve) => (finish = resolve));
+const t0 = process.hrtime.bigint();
+const c0 = cpu();
+await boss.work(
+  "noop",
+  { batchSize, localConcurrency, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
+  async (batch) => {
+    done += batch.length;
+    if (done >= jobs) finish();
+  },
+);
+await finished;
+const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+const c1 = cpu();
+await boss.stop({ graceful: true, wait: true });
+const ticks = 100; // USER_HZ
+console.log(JSON.stringify({
+  system: "pg-boss",
+  version: "12.38.0",
+  settings: { batchSize, localConcurrency, max, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
+  shape: `drain ${jobs}`,
+  jobs_per_s: jobs / secs,
+  cpu_per_job_us: { machine: ((c1.busy - c0.busy) / ticks / jobs) * 1e6, process: ((c1.own - c0.own) / ticks / jobs) * 1e6 },
+}));
