@@ -9,7 +9,7 @@
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
 //!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and batch);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of
-//!   `flow,drain,limits,latency,memory,pgbouncer`,
+//!   `flow,drain,limits,limits-drain,latency,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI.
@@ -20,6 +20,8 @@
 //!   one producer with batches of 10, claims of 10.
 //! - drain: N queued jobs processed to empty by one worker (`run_until_empty`).
 //! - limits: the PgQueuer flow with the entrypoint limited to 10 and to 5,000.
+//! - limits-drain: the same limits in a drain (16 threads claiming 10), where no producer
+//!   competes with the worker for the machine's two cores.
 //! - latency: enqueue-to-handler-start on an idle worker (one job at a time) and under a
 //!   steady trickle of 200 jobs/s.
 //! - memory: peak RSS of this process (a 16-thread worker plus producers) after the runs.
@@ -319,7 +321,7 @@ fn report_cpu(what: &str, before: Option<(u64, u64)>, after: Option<(u64, u64)>,
 }
 
 /// `jobs` queued up front, then one worker drains them; jobs per second to empty.
-fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
+fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize, limit: u32) -> f64 {
     let pool = db.pool(4);
     db.reset(&pool);
     let queue = Queue::new(pool.clone());
@@ -334,7 +336,7 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize) -> f64 {
         .batch_execute("VACUUM ANALYZE pgqueuer")
         .unwrap();
     let counter = Arc::new(AtomicU64::new(0));
-    let w = worker(&pool, threads, batch, 0, &counter);
+    let w = worker(&pool, threads, batch, limit, &counter);
     std::thread::sleep(Duration::from_millis(1_100));
     let commits0 = db_commits(&pool);
     let cpu0 = cpu_ticks();
@@ -423,7 +425,7 @@ fn main() {
     let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
     let shapes: String = env_or(
         "PGQ_BENCH_SHAPES",
-        "flow,drain,limits,latency,memory,pgbouncer".to_owned(),
+        "flow,drain,limits,limits-drain,latency,memory,pgbouncer".to_owned(),
     );
     let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
     let db = BenchDb::create();
@@ -499,7 +501,7 @@ fn main() {
             drains = vec![(threads, threads)];
         }
         for (threads, batch) in drains {
-            let rate = drain(&db, drain_jobs, threads, batch);
+            let rate = drain(&db, drain_jobs, threads, batch, 0);
             record(
                 format!("drain {drain_jobs} ({threads} thr, batch {batch})"),
                 rate,
@@ -532,6 +534,19 @@ fn main() {
             "ratio",
             "target >= 0.5".into(),
         );
+    }
+    if wants("limits-drain") {
+        // The limits without a producer competing for the machine: a drain of queued
+        // jobs by 16 threads claiming 10.
+        for limit in [0u32, 10, 5_000] {
+            let rate = drain(&db, drain_jobs, 16, 10, limit);
+            let name = if limit == 0 {
+                "limits drain: unlimited".to_owned()
+            } else {
+                format!("limits drain: limit {limit}")
+            };
+            record(name, rate, "jobs/s", String::new());
+        }
     }
     if wants("latency") {
         let n = if quick { 20 } else { 200 };

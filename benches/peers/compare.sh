@@ -1,33 +1,68 @@
 #!/usr/bin/env bash
-# Peers, side by side: our drain against graphile-worker's and pg-boss's on the same
-# PostgreSQL, rounds alternating, each system on a fresh database of its own prepared the same way
+# Peers, side by side: our drain against graphile-worker's, pg-boss's, Procrastinate's,
+# Oban for Python's and River's (riverqueue, its Rust client) on the same PostgreSQL,
+# rounds alternating, each system on a fresh database of its own prepared the same way
 # (schema, CHECKPOINT on empty tables, one bulk insert, VACUUM ANALYZE), no-op handlers.
 #
-#   benches/peers/compare.sh                    # 3 rounds of 50,000 jobs
-#   ROUNDS=1 JOBS=20000 benches/peers/compare.sh
+#   benches/peers/compare.sh                          # 3 rounds of 50,000 jobs, every peer
+#   ROUNDS=1 JOBS=20000 PEERS="graphile pgboss" benches/peers/compare.sh
 #
-# Environment: PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres). graphile-worker and
-# pg-boss (each pinned in its folder's package.json and lock file) are installed from npm
-# with `npm ci` when missing; Node.js must be on the PATH (pg-boss 12 asks for Node 22 but
-# runs this driver on Node 20).
+# Environment: PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres); PEERS, a subset of
+# "graphile pgboss procrastinate oban river" (default: all); SLOW_JOBS, the jobs for the
+# peers that drain at a few hundred jobs/s (Procrastinate; default JOBS / 10).
 #
-# Procrastinate, Oban and River are issue 21's remaining peers.
+# Every peer is pinned and installed by this script when missing, nothing by hand:
+# graphile-worker and pg-boss from npm (`npm ci` on their lock files; Node.js must be on
+# the PATH; pg-boss 12 asks for Node 22 and runs this driver on Node 20), Procrastinate
+# and Oban from PyPI (pinned requirements files, in venvs made with uv, which fetches the
+# Python 3.12 that Oban needs), River from crates.io (its own Cargo.lock).
 set -euo pipefail
 cd "$(dirname "$0")"
+HERE=$(pwd)
 
 export PGHOST=${PGHOST:-127.0.0.1} PGPORT=${PGPORT:-5432} PGUSER=${PGUSER:-postgres}
 ROUNDS=${ROUNDS:-3}
 JOBS=${JOBS:-50000}
+SLOW_JOBS=${SLOW_JOBS:-$((JOBS / 10))}
+PEERS=${PEERS:-graphile pgboss procrastinate oban river}
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 
-command -v node >/dev/null || { echo "node is not on the PATH (install Node.js 20)" >&2; exit 1; }
+wants() { [[ " $PEERS " == *" $1 "* ]]; }
+
+uv_tool() {
+    if [ ! -x .tools/bin/uv ]; then
+        echo "installing uv (for the Python peers' venvs)" >&2
+        python3 -m venv .tools
+        .tools/bin/pip install -q uv==0.13.9
+    fi
+    echo "$HERE/.tools/bin/uv"
+}
+
+python_peer() { # dir, python version
+    if [ ! -x "$1/.venv/bin/python" ]; then
+        local uv
+        uv=$(uv_tool)
+        echo "installing $1 from PyPI" >&2
+        "$uv" venv -q --python "$2" "$1/.venv"
+        VIRTUAL_ENV="$HERE/$1/.venv" "$uv" pip install -q -r "$1/requirements.txt"
+    fi
+}
+
 for peer in graphile-worker pg-boss; do
-    if [ ! -d "$peer/node_modules/$peer" ]; then
+    short=${peer/-worker/}; short=${short/-/}
+    if wants "$short" && [ ! -d "$peer/node_modules/$peer" ]; then
+        command -v node >/dev/null || { echo "node is not on the PATH (install Node.js 20)" >&2; exit 1; }
         echo "installing $peer from npm" >&2
         (cd "$peer" && npm ci --silent --engine-strict=false)
     fi
 done
+if wants procrastinate; then python_peer procrastinate 3.11; fi
+if wants oban; then python_peer oban 3.12; fi
+if wants river; then
+    echo "building the River driver (cargo, release)" >&2
+    cargo build -q --release --manifest-path river/Cargo.toml
+fi
 (cd ../.. && cargo build -q --release --bench throughput)
 
 fresh() {
@@ -36,20 +71,40 @@ fresh() {
         -c "DROP DATABASE IF EXISTS $1 WITH (FORCE)" -c "CREATE DATABASE $1"
 }
 
+peer() { # name, label, command...
+    local db=pgqbench_peer_$1
+    echo "round $round/$ROUNDS: $2" >&2
+    fresh "$db"
+    local dsn="postgresql://$PGUSER@$PGHOST:$PGPORT/$db"
+    shift 2
+    "${@/DSN/$dsn}" >>"$RESULTS"
+    psql -qAtX -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
+}
+
 for round in $(seq 1 "$ROUNDS"); do
     echo "round $round/$ROUNDS: pgqueuer-rs (128 threads, batch 128)" >&2
     (cd ../.. && PGQ_BENCH_JSON="$RESULTS" PGQ_BENCH_SHAPES=drain PGQ_BENCH_DRAIN_THREADS=128 \
         PGQ_BENCH_DRAIN_JOBS=$JOBS cargo bench -q --bench throughput >/dev/null)
-    echo "round $round/$ROUNDS: graphile-worker (concurrentJobs 64, maxPoolSize 20, localQueue 2000)" >&2
-    fresh pgqbench_peer_graphile
-    node graphile-worker/drain.mjs "postgresql://$PGUSER@$PGHOST:$PGPORT/pgqbench_peer_graphile" \
-        "$JOBS" 64 20 2000 >>"$RESULTS"
-    psql -qAtX -d postgres -c "DROP DATABASE IF EXISTS pgqbench_peer_graphile WITH (FORCE)"
-    echo "round $round/$ROUNDS: pg-boss (batchSize 500, localConcurrency 4, max 8)" >&2
-    fresh pgqbench_peer_pgboss
-    node pg-boss/drain.mjs "postgresql://$PGUSER@$PGHOST:$PGPORT/pgqbench_peer_pgboss" \
-        "$JOBS" 500 4 8 >>"$RESULTS"
-    psql -qAtX -d postgres -c "DROP DATABASE IF EXISTS pgqbench_peer_pgboss WITH (FORCE)"
+    if wants graphile; then
+        peer graphile "graphile-worker (concurrentJobs 64, maxPoolSize 20, localQueue 2000)" \
+            node graphile-worker/drain.mjs DSN "$JOBS" 64 20 2000
+    fi
+    if wants pgboss; then
+        peer pgboss "pg-boss (batchSize 500, localConcurrency 4, max 8)" \
+            node pg-boss/drain.mjs DSN "$JOBS" 500 4 8
+    fi
+    if wants procrastinate; then
+        peer procrastinate "procrastinate ($SLOW_JOBS jobs, concurrency 10, pool 12)" \
+            procrastinate/.venv/bin/python procrastinate/drain.py DSN "$SLOW_JOBS" 10 12
+    fi
+    if wants oban; then
+        peer oban "oban-py (queue limit 64, pool 10)" \
+            oban/.venv/bin/python oban/drain.py DSN "$JOBS" 64 10
+    fi
+    if wants river; then
+        peer river "river (max_workers 100, fetch cooldown 1 ms)" \
+            river/target/release/pgqueuer-peer-river DSN "$JOBS" 100 1
+    fi
 done
 
 python3 - "$RESULTS" <<'PY'
@@ -57,17 +112,20 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ours = [r["value"] for r in rows if r.get("impl") == "rust" and r["shape"].startswith("drain")]
 o = statistics.median(ours)
-print("| system | drain jobs/s (median) | rounds | ours / it | CPU per job: machine / its process |")
-print("|---|---:|---|---:|---|")
-print(f"| pgqueuer-rs (128 threads, batch 128) | {o:,.0f} | {', '.join(f'{x:,.0f}' for x in ours)} | 1.00 | |")
-for system in ["graphile-worker", "pg-boss"]:
+print("| system | settings | drain jobs/s (median) | rounds | ours / it | CPU per job: machine / its process |")
+print("|---|---|---:|---|---:|---|")
+print(f"| pgqueuer-rs | 128 threads, batch 128 | {o:,.0f} | {', '.join(f'{x:,.0f}' for x in ours)} | 1.00 | |")
+systems = []
+for r in rows:
+    if "system" in r and r["system"] not in systems:
+        systems.append(r["system"])
+for system in systems:
     mine = [r for r in rows if r.get("system") == system]
-    if not mine:
-        continue
     xs = [r["jobs_per_s"] for r in mine]
     m = statistics.median(xs)
     cpu_m = statistics.median(r["cpu_per_job_us"]["machine"] for r in mine)
     cpu_p = statistics.median(r["cpu_per_job_us"]["process"] for r in mine)
-    print(f"| {system} {mine[0]['version']} | {m:,.0f} | {', '.join(f'{x:,.0f}' for x in xs)} "
-          f"| {o / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us |")
+    settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
+    print(f"| {system} {mine[0]['version']} | {settings}; {mine[0]['shape']} | {m:,.0f} "
+          f"| {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us |")
 PY

@@ -116,6 +116,15 @@ impl Outcomes {
         }
     }
 
+    /// The jobs whose ends the next claim would take along (none when claims do not).
+    pub(crate) fn foldable_ids(&self) -> Vec<JobId> {
+        if !self.fold {
+            return Vec::new();
+        }
+        let pending = lock(&self.pending);
+        pending.ends.iter().take(MAX_BATCH).map(|o| o.id).collect()
+    }
+
     /// True when ends wait for a claim to take them along.
     pub(crate) fn waiting_for_claim(&self) -> bool {
         self.fold && !lock(&self.pending).ends.is_empty()

@@ -97,6 +97,10 @@ impl Dispatcher<'_> {
         let mut quiet_until: Option<Instant> = None;
         // The last claim filled every thread it reserved: more work is likely waiting.
         let mut last_full = false;
+        // A claim found due jobs it could not take: the limits, not the queue, are what
+        // bounds claims until a slot comes free (new jobs do not end a quiet spell).
+        let mut limit_full = false;
+        let slot_limits = self.slot_limits();
         while !self.shutdown.is_shutdown() {
             let backlog = || self.running.len() >= config.threads + BACKLOG_LIMIT;
             if backlog() {
@@ -118,18 +122,35 @@ impl Dispatcher<'_> {
                 continue;
             }
             if let Some(until) = quiet_until {
-                if Instant::now() < until && !self.quiet_ends() {
-                    self.wait_while(&self.quiet_breakers(), until, || !self.quiet_ends());
+                if Instant::now() < until && !self.quiet_ends(limit_full) {
+                    self.wait_while(&self.quiet_breakers(), until, || {
+                        !self.quiet_ends(limit_full)
+                    });
                     continue;
                 }
                 quiet_until = None;
             }
-            let take = self.idle.reserve(config.batch_size);
+            let free = slot_limits.as_deref().map(|l| self.free_slots(l));
+            if free == Some(0) {
+                // This worker holds every slot: only its own jobs' ends free one.
+                let poll = Instant::now() + config.dequeue_timeout;
+                let limits = slot_limits.as_deref().unwrap_or_default();
+                self.wait_while(&[Wake::Outcomes, Wake::Written], poll, || {
+                    self.free_slots(limits) == 0
+                });
+                self.doorbell.take(Wake::Outcomes);
+                self.doorbell.take(Wake::Written);
+                continue;
+            }
+            let take = self
+                .idle
+                .reserve(config.batch_size.min(free.unwrap_or(usize::MAX)));
             if take == 0 {
                 continue;
             }
             // This claim's snapshot covers every change rung so far.
             self.doorbell.take(Wake::Changed);
+            self.doorbell.take(Wake::Freed);
             self.doorbell.take(Wake::Resync);
             self.doorbell.take(Wake::Written);
             self.doorbell.take(Wake::Outcomes);
@@ -165,6 +186,7 @@ impl Dispatcher<'_> {
             backoff = Duration::from_millis(50);
             last_full = n == take;
             if n > 0 {
+                limit_full = false;
                 // A partial batch took everything due as of its snapshot (unless slots
                 // or locked rows were what it lacked): until something changes, another
                 // claim would find nothing. Deferred jobs are looked for again after the
@@ -183,8 +205,14 @@ impl Dispatcher<'_> {
                 std::thread::sleep(rng.duration(Duration::from_micros(500)));
                 continue;
             }
-            if self.doorbell.is_pending(Wake::Changed) || self.doorbell.is_pending(Wake::Resync) {
-                // Jobs may have arrived after this claim's snapshot: look again.
+            let gated = config.claimer.is_capacity_gated();
+            let arrived = self.doorbell.is_pending(Wake::Changed);
+            if self.doorbell.is_pending(Wake::Resync)
+                || self.doorbell.is_pending(Wake::Freed)
+                || (arrived && !gated)
+            {
+                // Jobs may have arrived, or slots come free, after this claim's snapshot:
+                // look again.
                 continue;
             }
             // Paused entrypoints (see `limits`) are not waited for; with every one
@@ -202,6 +230,14 @@ impl Dispatcher<'_> {
                 },
             };
             let next_due = next.queued;
+            if gated {
+                // Due jobs that the claim did not take wait for slots: new jobs would not
+                // change that. Otherwise they might.
+                limit_full = next_due == Some(Duration::ZERO);
+                if !limit_full && arrived {
+                    continue;
+                }
+            }
             if self.drain && next_due.is_none() {
                 if self.running.len() == 0 && self.handoff.len() == 0 {
                     log::debug!("drain: nothing queued and nothing running; stopping");
@@ -327,21 +363,52 @@ impl Dispatcher<'_> {
         claimed
     }
 
+    /// Each entrypoint's concurrency limit, in registration order, where every one has a
+    /// limit (`None` otherwise: slots cannot bound every claim).
+    fn slot_limits(&self) -> Option<Vec<usize>> {
+        let registry = &self.config.registry;
+        registry
+            .order
+            .iter()
+            .map(|name| registry.by_name[name].options.concurrency_limit)
+            .map(|limit| usize::try_from(limit).ok().filter(|l| *l > 0))
+            .collect()
+    }
+
+    /// The slots of `limits` that this worker's own held jobs leave free. Jobs whose
+    /// ends the next claim folds in count as free, since that claim frees their slots
+    /// before it takes any. Other workers' jobs are not seen here: a claim may find
+    /// fewer.
+    fn free_slots(&self, limits: &[usize]) -> usize {
+        let held = self
+            .running
+            .per_entrypoint(limits.len(), &self.outcomes.foldable_ids());
+        limits
+            .iter()
+            .zip(held)
+            .map(|(l, h)| l.saturating_sub(h))
+            .sum()
+    }
+
     /// Registers claimed jobs as held and hands them to the executors.
     fn start(&self, jobs: Vec<crate::Job>) {
         if jobs.is_empty() {
             return;
         }
-        self.running.add(&jobs);
+        let registry = &self.config.registry;
+        self.running.add(&jobs, |name| {
+            registry.by_name.get(name).map_or(usize::MAX, |e| e.index)
+        });
         self.handoff.push(jobs);
     }
 
-    /// True when something rang that ends a quiet spell: a change of the table, a
-    /// reconnected listener, written outcomes (slots freed), or outcomes waiting to be
-    /// folded into a claim.
-    fn quiet_ends(&self) -> bool {
+    /// True when something rang that ends a quiet spell: new jobs (unless the limits
+    /// are what holds claims back), a slot freed by any worker, a reconnected listener,
+    /// written outcomes (slots freed), or outcomes waiting to be folded into a claim.
+    fn quiet_ends(&self, limit_full: bool) -> bool {
         self.doorbell.take(Wake::Outcomes);
-        self.doorbell.is_pending(Wake::Changed)
+        (self.doorbell.is_pending(Wake::Changed) && !limit_full)
+            || self.doorbell.is_pending(Wake::Freed)
             || self.doorbell.is_pending(Wake::Resync)
             || self.doorbell.take(Wake::Written)
             || self.outcomes.waiting_for_claim()

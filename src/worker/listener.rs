@@ -91,13 +91,12 @@ impl Listener<'_> {
                 // New or requeued jobs always matter. A delete can only matter by freeing a
                 // concurrency slot, so it wakes a thread only when a limited entrypoint is
                 // ours; a truncate leaves nothing to claim.
-                let relevant = match change.operation {
-                    Operation::Insert | Operation::Update => true,
-                    Operation::Delete => self.config.claimer.is_capacity_gated(),
-                    Operation::Truncate => false,
-                };
-                if relevant {
-                    self.doorbell.ring(Wake::Changed);
+                match change.operation {
+                    Operation::Insert | Operation::Update => self.doorbell.ring(Wake::Changed),
+                    Operation::Delete if self.config.claimer.is_capacity_gated() => {
+                        self.doorbell.ring(Wake::Freed);
+                    }
+                    Operation::Delete | Operation::Truncate => {}
                 }
             }
             Ok(Event::Cancellation(c)) => {

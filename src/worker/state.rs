@@ -26,8 +26,8 @@ use crate::sqlstate;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Wake {
-    /// The queue table changed (an insert or a requeue; a delete where a concurrency
-    /// limit is ours): jobs may have become claimable.
+    /// The queue table gained jobs (an insert or a requeue): jobs may have become
+    /// claimable.
     Changed = 1,
     /// The listener (re)connected: notifications sent meanwhile were lost.
     Resync = 2,
@@ -38,6 +38,8 @@ pub(crate) enum Wake {
     Written = 8,
     /// Outcomes wait to be folded into the next claim (see `completer`).
     Outcomes = 16,
+    /// A job left the queue table where a concurrency limit is ours: its slot is free.
+    Freed = 32,
 }
 
 /// How the dispatcher is woken: a set of pending [`Wake`] reasons and a token that
@@ -401,18 +403,42 @@ impl Stop {
 /// heartbeat thread refreshes every id; the listener, the shutdown deadline and the
 /// timeout watch stop handlers through it.
 #[derive(Default)]
-pub(crate) struct Running(Mutex<HashMap<JobId, Arc<Stop>>>);
+pub(crate) struct Running(Mutex<HashMap<JobId, Held>>);
+
+/// A held job: its stop flag, and its entrypoint's position in registration order.
+struct Held {
+    stop: Arc<Stop>,
+    entrypoint: usize,
+}
 
 impl Running {
-    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Arc<Stop>>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Held>> {
         lock(&self.0)
     }
 
-    pub(crate) fn add(&self, jobs: &[Job]) {
+    /// Holds `jobs`; `index` gives each one's entrypoint position.
+    pub(crate) fn add(&self, jobs: &[Job], index: impl Fn(&str) -> usize) {
         let mut map = self.map();
         for job in jobs {
-            map.insert(job.id, Arc::new(Stop::default()));
+            let held = Held {
+                stop: Arc::new(Stop::default()),
+                entrypoint: index(&job.entrypoint),
+            };
+            map.insert(job.id, held);
         }
+    }
+
+    /// How many jobs of each of `n` entrypoints are held, leaving out `except`.
+    pub(crate) fn per_entrypoint(&self, n: usize, except: &[JobId]) -> Vec<usize> {
+        let mut counts = vec![0; n];
+        for (id, held) in self.map().iter() {
+            if !except.contains(id)
+                && let Some(c) = counts.get_mut(held.entrypoint)
+            {
+                *c += 1;
+            }
+        }
+        counts
     }
 
     pub(crate) fn remove(&self, ids: impl IntoIterator<Item = JobId>) {
@@ -424,7 +450,7 @@ impl Running {
 
     /// The [`Stop`] of `id`, if it is held.
     pub(crate) fn stop_of(&self, id: JobId) -> Option<Arc<Stop>> {
-        self.map().get(&id).cloned()
+        self.map().get(&id).map(|h| h.stop.clone())
     }
 
     /// Cancels the held jobs among `ids`; returns how many were held.
@@ -432,15 +458,15 @@ impl Running {
         let map = self.map();
         ids.iter()
             .filter_map(|id| map.get(id))
-            .map(|stop| stop.cancel())
+            .map(|held| held.stop.cancel())
             .count()
     }
 
     /// Cancels every held job; returns how many.
     pub(crate) fn cancel_all(&self) -> usize {
         let map = self.map();
-        for stop in map.values() {
-            stop.cancel();
+        for held in map.values() {
+            held.stop.cancel();
         }
         map.len()
     }

@@ -19,7 +19,7 @@ use crate::harness::{TestDb, eventually, scalar};
 const MAX_BACKLOG: i64 = 20_000;
 
 /// Many jobs through one worker process while a producer keeps a backlog of at most
-/// 20,000: its RSS, sampled every second, stays flat. `PGQ_SOAK_JOBS` sets the count
+/// 20,000: its RSS, sampled every 100 ms, stays flat. `PGQ_SOAK_JOBS` sets the count
 /// (default 20,000; the full soak is 1,000,000).
 #[test]
 fn soak_keeps_worker_memory_flat() {
@@ -170,7 +170,11 @@ impl Vacuum {
     }
 }
 
-/// A thread sampling a process's RSS (KiB) every second until stopped.
+/// How often the sampler reads the worker's RSS: the default soak drains in about a
+/// second on this machine, and needs several samples.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// A thread sampling a process's RSS (KiB) every [`SAMPLE_EVERY`] until stopped.
 struct RssSampler {
     samples: Arc<Mutex<Vec<u64>>>,
     stop: Arc<AtomicBool>,
@@ -188,7 +192,7 @@ impl RssSampler {
                     if let Some(kib) = rss_kib_of(pid) {
                         samples.lock().unwrap().push(kib);
                     }
-                    std::thread::sleep(Duration::from_secs(1));
+                    std::thread::sleep(SAMPLE_EVERY);
                 }
             })
         };
@@ -232,7 +236,8 @@ impl Rss {
                     .copied()
             })
             .collect();
-        let settled = samples.get(3).copied().unwrap_or(first);
+        let at_3s = (Duration::from_secs(3).as_millis() / SAMPLE_EVERY.as_millis()) as usize;
+        let settled = samples.get(at_3s).copied().unwrap_or(first);
         Rss {
             first,
             settled,

@@ -8,6 +8,7 @@ use pgqueuer::Worker;
 
 mod ahead;
 mod failures;
+mod full_slots;
 mod limits;
 mod recovery;
 mod startup;

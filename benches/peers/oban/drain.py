@@ -1,0 +1,87 @@
+"""Drains N pre-inserted no-op jobs with Oban for Python and prints one JSON line.
+
+Usage: python drain.py <connection string> [jobs] [queue limit] [pool max size]
+
+The database is prepared as for every system: schema installed, CHECKPOINT on empty
+tables, one bulk insert, VACUUM ANALYZE. Then a server instance runs the `default`
+queue until every job has run.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import psycopg
+from oban import Oban, worker
+from oban.schema import install
+
+CONN = sys.argv[1]
+JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 50000
+LIMIT = int(sys.argv[3]) if len(sys.argv) > 3 else 64
+POOL = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+TICKS = os.sysconf("SC_CLK_TCK")
+
+done = 0
+all_done = asyncio.Event()
+
+
+@worker(queue="default")
+class Noop:
+    async def process(self, job):
+        global done
+        done += 1
+        if done == JOBS:
+            all_done.set()
+
+
+def machine_busy() -> int:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    return sum(fields) - fields[3] - fields[4]
+
+
+def own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+async def main() -> None:
+    pool = await Oban.create_pool(CONN, max_size=POOL)
+    await install(pool)
+    with psycopg.connect(CONN, autocommit=True) as c:
+        c.execute("CHECKPOINT")
+    async with Oban(pool=pool) as client:
+        chunk = 5000
+        for start in range(0, JOBS, chunk):
+            n = min(chunk, JOBS - start)
+            await client.enqueue_many([Noop.new({"i": start + k}) for k in range(n)])
+    with psycopg.connect(CONN, autocommit=True) as c:
+        c.execute("VACUUM ANALYZE")
+    t0, m0, p0 = time.perf_counter(), machine_busy(), own_cpu()
+    server = Oban(pool=pool, queues={"default": LIMIT})
+    await server.start()
+    await all_done.wait()
+    secs = time.perf_counter() - t0
+    m1, p1 = machine_busy(), own_cpu()
+    await server.stop()
+    await pool.close()
+    print(
+        json.dumps(
+            {
+                "system": "oban-py",
+                "version": "0.7.0",
+                "settings": {"queue_limit": LIMIT, "pool_max_size": POOL},
+                "shape": f"drain {JOBS}",
+                "jobs_per_s": JOBS / secs,
+                "cpu_per_job_us": {
+                    "machine": (m1 - m0) / TICKS / JOBS * 1e6,
+                    "process": (p1 - p0) / JOBS * 1e6,
+                },
+            }
+        )
+    )
+
+
+asyncio.run(main())
