@@ -26,7 +26,8 @@ JOBS=${JOBS:-50000}
 SLOW_JOBS=${SLOW_JOBS:-$((JOBS / 10))}
 PEERS=${PEERS:-graphile pgboss procrastinate oban river}
 RESULTS=$(mktemp)
-trap 'rm -f "$RESULTS"' EXIT
+OURS_CPU=$(mktemp)
+trap 'rm -f "$RESULTS" "$OURS_CPU"' EXIT
 
 wants() { [[ " $PEERS " == *" $1 "* ]]; }
 
@@ -44,7 +45,12 @@ python_peer() { # dir, python version
         local uv
         uv=$(uv_tool)
         echo "installing $1 from PyPI" >&2
-        "$uv" venv -q --python "$2" "$1/.venv"
+        if ! "$uv" venv -q --python "$2" "$1/.venv"; then
+            echo "$1 needs Python $2 or newer, which is not installed and uv could not" \
+                "download it: install one (python.org, or 'uv python install $2' where" \
+                "GitHub is reachable), or leave $1 out of PEERS" >&2
+            exit 1
+        fi
         VIRTUAL_ENV="$HERE/$1/.venv" "$uv" pip install -q -r "$1/requirements.txt"
     fi
 }
@@ -84,7 +90,8 @@ peer() { # name, label, command...
 for round in $(seq 1 "$ROUNDS"); do
     echo "round $round/$ROUNDS: pgqueuer-rs (128 threads, batch 128)" >&2
     (cd ../.. && PGQ_BENCH_JSON="$RESULTS" PGQ_BENCH_SHAPES=drain PGQ_BENCH_DRAIN_THREADS=128 \
-        PGQ_BENCH_DRAIN_JOBS=$JOBS cargo bench -q --bench throughput >/dev/null)
+        PGQ_BENCH_DRAIN_JOBS=$JOBS cargo bench -q --bench throughput 2>&1 >/dev/null) |
+        tee -a "$OURS_CPU" >&2
     if wants graphile; then
         peer graphile "graphile-worker (concurrentJobs 64, maxPoolSize 20, localQueue 2000)" \
             node graphile-worker/drain.mjs DSN "$JOBS" 64 20 2000
@@ -107,14 +114,18 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
 done
 
-python3 - "$RESULTS" <<'PY'
-import json, statistics, sys
+python3 - "$RESULTS" "$OURS_CPU" <<'PY'
+import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ours = [r["value"] for r in rows if r.get("impl") == "rust" and r["shape"].startswith("drain")]
 o = statistics.median(ours)
+cpu = [tuple(map(float, m.groups())) for m in re.finditer(
+    r"CPU per job ([0-9.]+) us on the machine, ([0-9.]+) us in this process", open(sys.argv[2]).read())]
+ours_cpu = (f"{statistics.median(c[0] for c in cpu):.0f} us / {statistics.median(c[1] for c in cpu):.0f} us"
+            if cpu else "")
 print("| system | settings | drain jobs/s (median) | rounds | ours / it | CPU per job: machine / its process |")
 print("|---|---|---:|---|---:|---|")
-print(f"| pgqueuer-rs | 128 threads, batch 128 | {o:,.0f} | {', '.join(f'{x:,.0f}' for x in ours)} | 1.00 | |")
+print(f"| pgqueuer-rs | 128 threads, batch 128 | {o:,.0f} | {', '.join(f'{x:,.0f}' for x in ours)} | 1.00 | {ours_cpu} |")
 systems = []
 for r in rows:
     if "system" in r and r["system"] not in systems:

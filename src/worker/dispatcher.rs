@@ -154,8 +154,8 @@ impl Dispatcher<'_> {
             self.doorbell.take(Wake::Resync);
             self.doorbell.take(Wake::Written);
             self.doorbell.take(Wake::Outcomes);
-            // On an idle worker, an executor wakes while the claim is out (see `Handoff`).
-            let primed = self.running.len() == 0;
+            // With every executor idle, one wakes while the claim is out (see `Handoff`).
+            let primed = self.idle.idle_threads() == config.threads;
             if primed {
                 self.handoff.prime();
             }

@@ -23,9 +23,7 @@ POOL = int(sys.argv[4]) if len(sys.argv) > 4 else 12
 TICKS = os.sysconf("SC_CLK_TCK")
 
 app = procrastinate.App(
-    connector=procrastinate.PsycopgConnector(
-        conninfo=CONN, kwargs={"min_size": 1, "max_size": POOL}
-    )
+    connector=procrastinate.PsycopgConnector(conninfo=CONN, min_size=1, max_size=POOL)
 )
 done = 0
 

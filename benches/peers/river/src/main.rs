@@ -55,7 +55,9 @@ fn own_cpu() -> u64 {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let conn = args.get(1).ok_or("usage: pgqueuer-peer-river <connection string> [jobs] [max_workers] [cooldown ms]")?;
+    let conn = args.get(1).ok_or(
+        "usage: pgqueuer-peer-river <connection string> [jobs] [max_workers] [cooldown ms]",
+    )?;
     let jobs: usize = args.get(2).map_or(Ok(50_000), |a| a.parse())?;
     let max_workers: usize = args.get(3).map_or(Ok(100), |a| a.parse())?;
     let cooldown_ms: u64 = args.get(4).map_or(Ok(1), |a| a.parse())?;
@@ -79,10 +81,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let end = (start + 5_000).min(jobs);
         client.insert_many((start..end).map(|i| Noop { i })).await?;
     }
-    riverqueue::sqlx::query("VACUUM ANALYZE").execute(&pool).await?;
+    riverqueue::sqlx::query("VACUUM ANALYZE")
+        .execute(&pool)
+        .await?;
 
     let (t0, m0, p0) = (Instant::now(), machine_busy(), own_cpu());
-    let run = client.start()?;
+    let mut run = client.start()?;
     while DONE.load(Ordering::Relaxed) < jobs {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
