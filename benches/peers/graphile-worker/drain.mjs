@@ -4,20 +4,13 @@
 // tables, one bulk insert, VACUUM ANALYZE.
 import { Logger, run, makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
-import { readFileSync } from "node:fs";
+import { cpu, report } from "../peer_common.mjs";
 
 const [conn, jobsArg, concArg, poolArg, queueArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 50000);
 const concurrentJobs = Number(concArg ?? 64);
 const maxPoolSize = Number(poolArg ?? 20);
 const localQueueSize = Number(queueArg ?? 2000);
-
-function cpu() {
-  const stat = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
-  const busy = stat.slice(0, 8).reduce((a, b) => a + b, 0) - stat[3] - stat[4];
-  const own = readFileSync("/proc/self/stat", "utf8").split(")").pop().trim().split(/\s+/);
-  return { busy, own: Number(own[11]) + Number(own[12]) };
-}
 
 const utils = await makeWorkerUtils({ connectionString: conn });
 await utils.migrate();
@@ -67,12 +60,4 @@ await finished;
 const secs = Number(process.hrtime.bigint() - t0) / 1e9;
 const c1 = cpu();
 await runner.stop();
-const ticks = 100; // USER_HZ
-console.log(JSON.stringify({
-  system: "graphile-worker",
-  version: "0.18.0",
-  settings: { concurrentJobs, maxPoolSize, localQueueSize, completeJobBatchDelay: 0 },
-  shape: `drain ${jobs}`,
-  jobs_per_s: jobs / secs,
-  cpu_per_job_us: { machine: ((c1.busy - c0.busy) / ticks / jobs) * 1e6, process: ((c1.own - c0.own) / ticks / jobs) * 1e6 },
-}));
+report("graphile-worker", "0.18.0", { concurrentJobs, maxPoolSize, localQueueSize, completeJobBatchDelay: 0 }, jobs, secs, c0, c1);

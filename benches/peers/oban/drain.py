@@ -8,20 +8,22 @@ queue until every job has run.
 """
 
 import asyncio
-import json
 import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psycopg
 from oban import Oban, worker
 from oban.schema import install
 
+from peer_common import machine_busy, own_cpu, report  # noqa: E402
+
 CONN = sys.argv[1]
 JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 50000
 LIMIT = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 POOL = int(sys.argv[4]) if len(sys.argv) > 4 else 10
-TICKS = os.sysconf("SC_CLK_TCK")
 
 done = 0
 all_done = asyncio.Event()
@@ -34,17 +36,6 @@ class Noop:
         done += 1
         if done == JOBS:
             all_done.set()
-
-
-def machine_busy() -> int:
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:9]]
-    return sum(fields) - fields[3] - fields[4]
-
-
-def own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 async def main() -> None:
@@ -67,21 +58,7 @@ async def main() -> None:
     m1, p1 = machine_busy(), own_cpu()
     await server.stop()
     await pool.close()
-    print(
-        json.dumps(
-            {
-                "system": "oban-py",
-                "version": "0.7.0",
-                "settings": {"queue_limit": LIMIT, "pool_max_size": POOL},
-                "shape": f"drain {JOBS}",
-                "jobs_per_s": JOBS / secs,
-                "cpu_per_job_us": {
-                    "machine": (m1 - m0) / TICKS / JOBS * 1e6,
-                    "process": (p1 - p0) / JOBS * 1e6,
-                },
-            }
-        )
-    )
+    report("oban-py", "0.7.0", {"queue_limit": LIMIT, "pool_max_size": POOL}, JOBS, secs, m1 - m0, p1 - p0)
 
 
 asyncio.run(main())

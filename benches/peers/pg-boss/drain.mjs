@@ -5,20 +5,13 @@
 // shortest) and fetches back to back while fetches come back full (burstWhenBatchFull).
 import { PgBoss } from "pg-boss";
 import pg from "pg";
-import { readFileSync } from "node:fs";
+import { cpu, report } from "../peer_common.mjs";
 
 const [conn, jobsArg, batchArg, concArg, maxArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 50000);
 const batchSize = Number(batchArg ?? 500);
 const localConcurrency = Number(concArg ?? 4);
 const max = Number(maxArg ?? 8);
-
-function cpu() {
-  const stat = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
-  const busy = stat.slice(0, 8).reduce((a, b) => a + b, 0) - stat[3] - stat[4];
-  const own = readFileSync("/proc/self/stat", "utf8").split(")").pop().trim().split(/\s+/);
-  return { busy, own: Number(own[11]) + Number(own[12]) };
-}
 
 const boss = new PgBoss({ connectionString: conn, max, supervise: false, schedule: false });
 boss.on("error", (e) => console.error(e));
@@ -52,12 +45,4 @@ await finished;
 const secs = Number(process.hrtime.bigint() - t0) / 1e9;
 const c1 = cpu();
 await boss.stop({ graceful: true, wait: true });
-const ticks = 100; // USER_HZ
-console.log(JSON.stringify({
-  system: "pg-boss",
-  version: "12.38.0",
-  settings: { batchSize, localConcurrency, max, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
-  shape: `drain ${jobs}`,
-  jobs_per_s: jobs / secs,
-  cpu_per_job_us: { machine: ((c1.busy - c0.busy) / ticks / jobs) * 1e6, process: ((c1.own - c0.own) / ticks / jobs) * 1e6 },
-}));
+report("pg-boss", "12.38.0", { batchSize, localConcurrency, max, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, jobs, secs, c0, c1);

@@ -8,19 +8,21 @@ returns once the queue is empty.
 """
 
 import asyncio
-import json
 import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import procrastinate
 import psycopg
+
+from peer_common import machine_busy, own_cpu, report  # noqa: E402
 
 CONN = sys.argv[1]
 JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 50000
 CONCURRENCY = int(sys.argv[3]) if len(sys.argv) > 3 else 10
 POOL = int(sys.argv[4]) if len(sys.argv) > 4 else 12
-TICKS = os.sysconf("SC_CLK_TCK")
 
 app = procrastinate.App(
     connector=procrastinate.PsycopgConnector(conninfo=CONN, min_size=1, max_size=POOL)
@@ -32,17 +34,6 @@ done = 0
 async def noop(i: int) -> None:
     global done
     done += 1
-
-
-def machine_busy() -> int:
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:9]]
-    return sum(fields) - fields[3] - fields[4]
-
-
-def own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 async def main() -> None:
@@ -63,21 +54,7 @@ async def main() -> None:
         secs = time.perf_counter() - t0
         m1, p1 = machine_busy(), own_cpu()
     assert done == JOBS, f"ran {done} of {JOBS} jobs"
-    print(
-        json.dumps(
-            {
-                "system": "procrastinate",
-                "version": procrastinate.__version__,
-                "settings": {"concurrency": CONCURRENCY, "pool_max_size": POOL},
-                "shape": f"drain {JOBS}",
-                "jobs_per_s": JOBS / secs,
-                "cpu_per_job_us": {
-                    "machine": (m1 - m0) / TICKS / JOBS * 1e6,
-                    "process": (p1 - p0) / JOBS * 1e6,
-                },
-            }
-        )
-    )
+    report("procrastinate", procrastinate.__version__, {"concurrency": CONCURRENCY, "pool_max_size": POOL}, JOBS, secs, m1 - m0, p1 - p0)
 
 
 asyncio.run(main())

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
 use pgqueuer::{EntrypointOptions, NewJob, Queue, RunningWorker, Worker};
 
+use super::Gate;
 use crate::harness::{TestDb, eventually, log_of, scalar};
 
 /// Jobs picked by anyone now.
@@ -18,39 +18,27 @@ fn picked(db: &TestDb) -> i64 {
 }
 
 /// A worker of two threads and batches of two whose `warm` jobs take `warm_for` and whose
-/// `gate` jobs wait for a message on the returned sender; `limit` limits `gate`.
-fn gated_worker(
-    db: &TestDb,
-    warm_for: Duration,
-    limit: Option<u32>,
-) -> (RunningWorker, Sender<()>, Receiver<i64>) {
-    let (open_tx, open_rx) = crossbeam_channel::unbounded::<()>();
-    let (started_tx, started_rx) = crossbeam_channel::unbounded::<i64>();
-    let options = limit.map_or_else(EntrypointOptions::default, |l| {
-        EntrypointOptions::default().concurrency_limit(l)
-    });
-    let worker = Worker::builder(db.pool(5))
+/// `gate` jobs wait at `gate`; `limit` limits `gate`.
+fn gated_worker(db: &TestDb, gate: &Gate, warm_for: Duration, limit: u32) -> RunningWorker {
+    Worker::builder(db.pool(5))
         .threads(2)
         .batch_size(2)
         .entrypoint("warm", move |_job, _ctx| {
             std::thread::sleep(warm_for);
             Ok(())
         })
-        .entrypoint_with("gate", options, move |job, _ctx| {
-            let _ = started_tx.send(job.id);
-            open_rx
-                .recv_timeout(Duration::from_secs(30))
-                .map_err(|_| "the test never opened the gate")?;
-            Ok(())
-        })
+        .entrypoint_with(
+            "gate",
+            EntrypointOptions::default().concurrency_limit(limit),
+            gate.handler(),
+        )
         .build()
         .unwrap()
         .start()
-        .unwrap();
-    (worker, open_tx, started_rx)
+        .unwrap()
 }
 
-/// Runs `n` `warm` jobs to completion through `worker`.
+/// Runs `n` `warm` jobs to completion.
 fn warm_up(db: &TestDb, n: usize) {
     let queue = Queue::new(db.pool(1));
     let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::without_payload("warm")).collect();
@@ -66,16 +54,24 @@ fn warm_up(db: &TestDb, n: usize) {
 }
 
 /// Enqueues `n` gate jobs and waits until two of them run (both threads busy).
-fn two_gates_running(db: &TestDb, n: usize, started: &Receiver<i64>) -> Vec<i64> {
+fn two_gates_running(db: &TestDb, gate: &Gate, n: usize) -> Vec<i64> {
     let queue = Queue::new(db.pool(1));
     let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::without_payload("gate")).collect();
     let ids = queue.enqueue_many(&jobs).unwrap();
-    for _ in 0..2 {
-        started
-            .recv_timeout(Duration::from_secs(10))
-            .expect("a gate job never started");
-    }
+    gate.wait_started(2);
     ids
+}
+
+/// A worker warmed up on 40 short jobs, with two of eight gate jobs running and (once
+/// this returns) two more claimed ahead; the gate jobs' ids.
+fn a_batch_ahead(db: &TestDb, gate: &Gate) -> (RunningWorker, Vec<i64>) {
+    let worker = gated_worker(db, gate, Duration::ZERO, 0);
+    warm_up(db, 40);
+    let ids = two_gates_running(db, gate, 8);
+    eventually(Duration::from_secs(5), "a batch claimed ahead", || {
+        picked(db) == 4
+    });
+    (worker, ids)
 }
 
 /// Short handlers and no limit: with both threads held by running jobs, the worker
@@ -84,17 +80,11 @@ fn two_gates_running(db: &TestDb, n: usize, started: &Receiver<i64>) -> Vec<i64>
 #[test]
 fn short_jobs_are_claimed_one_batch_ahead() {
     let db = TestDb::new();
-    let (worker, open, started) = gated_worker(&db, Duration::ZERO, None);
-    warm_up(&db, 40);
-    let ids = two_gates_running(&db, 8, &started);
-    eventually(Duration::from_secs(5), "a batch claimed ahead", || {
-        picked(&db) == 4
-    });
+    let gate = Gate::new();
+    let (worker, ids) = a_batch_ahead(&db, &gate);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(picked(&db), 4, "two running and one batch of two ahead");
-    for _ in 0..8 {
-        open.send(()).unwrap();
-    }
+    gate.let_through(8);
     eventually(Duration::from_secs(10), "every gate job to end", || {
         ids.iter()
             .all(|id| log_of(&mut db.client(), *id).len() == 3)
@@ -103,36 +93,30 @@ fn short_jobs_are_claimed_one_batch_ahead() {
     assert_eq!(summary.succeeded, 48, "{summary:?}");
 }
 
-/// Handlers that take 20 ms are not short: the worker holds only the jobs its threads
-/// run.
-#[test]
-fn long_jobs_are_not_claimed_ahead() {
+/// Handlers that take 20 ms (`warm_for`), or a limit on `gate`, leave nothing claimed
+/// ahead: the worker holds only the jobs its threads run.
+fn holds_only_running_jobs(warm_for: Duration, limit: u32) {
     let db = TestDb::new();
-    let (worker, open, started) = gated_worker(&db, Duration::from_millis(20), None);
+    let gate = Gate::new();
+    let worker = gated_worker(&db, &gate, warm_for, limit);
     warm_up(&db, 12);
-    two_gates_running(&db, 6, &started);
+    two_gates_running(&db, &gate, 6);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(picked(&db), 2, "only the running jobs are held");
-    for _ in 0..6 {
-        open.send(()).unwrap();
-    }
+    gate.let_through(6);
     assert_eq!(worker.join().unwrap().failed, 0);
+}
+
+#[test]
+fn long_jobs_are_not_claimed_ahead() {
+    holds_only_running_jobs(Duration::from_millis(20), 0);
 }
 
 /// A limited entrypoint holds slots: however short the handlers, nothing is claimed
 /// ahead of the threads.
 #[test]
 fn limited_jobs_are_not_claimed_ahead() {
-    let db = TestDb::new();
-    let (worker, open, started) = gated_worker(&db, Duration::ZERO, Some(10));
-    warm_up(&db, 40);
-    two_gates_running(&db, 6, &started);
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(picked(&db), 2, "only the running jobs are held");
-    for _ in 0..6 {
-        open.send(()).unwrap();
-    }
-    assert_eq!(worker.join().unwrap().failed, 0);
+    holds_only_running_jobs(Duration::ZERO, 10);
 }
 
 /// Shutdown with jobs claimed ahead: they are not left picked for another worker to
@@ -140,16 +124,10 @@ fn limited_jobs_are_not_claimed_ahead() {
 #[test]
 fn jobs_claimed_ahead_run_at_shutdown() {
     let db = TestDb::new();
-    let (worker, open, started) = gated_worker(&db, Duration::ZERO, None);
-    warm_up(&db, 40);
-    let ids = two_gates_running(&db, 8, &started);
-    eventually(Duration::from_secs(5), "a batch claimed ahead", || {
-        picked(&db) == 4
-    });
+    let gate = Gate::new();
+    let (worker, ids) = a_batch_ahead(&db, &gate);
     worker.shutdown_handle().shutdown();
-    for _ in 0..8 {
-        open.send(()).unwrap();
-    }
+    gate.let_through(8);
     let summary = worker.join().unwrap();
     assert_eq!(
         summary.succeeded, 44,

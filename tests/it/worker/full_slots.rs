@@ -4,34 +4,24 @@
 
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
 use pgqueuer::{EntrypointOptions, NewJob, Queue, RunningWorker, Worker};
 
+use super::Gate;
 use crate::harness::{TestDb, eventually};
 
-/// A worker of four threads whose `gate` entrypoint (limit 2) waits for a message per
-/// job; the receiver hears each job start.
-fn gated(db: &TestDb) -> (RunningWorker, Sender<()>, Receiver<i64>) {
-    let (open_tx, open_rx) = crossbeam_channel::unbounded::<()>();
-    let (started_tx, started_rx) = crossbeam_channel::unbounded::<i64>();
-    let worker = Worker::builder(db.pool(4))
+/// A worker of four threads whose `gate` entrypoint (limit 2) waits at `gate`.
+fn gated(db: &TestDb, gate: &Gate) -> RunningWorker {
+    Worker::builder(db.pool(4))
         .threads(4)
         .entrypoint_with(
             "gate",
             EntrypointOptions::default().concurrency_limit(2),
-            move |job, _ctx| {
-                let _ = started_tx.send(job.id);
-                open_rx
-                    .recv_timeout(Duration::from_secs(30))
-                    .map_err(|_| "the test never opened the gate")?;
-                Ok(())
-            },
+            gate.handler(),
         )
         .build()
         .unwrap()
         .start()
-        .unwrap();
-    (worker, open_tx, started_rx)
+        .unwrap()
 }
 
 /// Enqueues `n` gate jobs one statement (and one NOTIFY) at a time, 20 ms apart.
@@ -42,11 +32,11 @@ fn trickle(queue: &Queue, n: usize) {
     }
 }
 
-fn started(rx: &Receiver<i64>, n: usize) {
-    for _ in 0..n {
-        rx.recv_timeout(Duration::from_secs(10))
-            .expect("a gate job never started");
-    }
+/// How many claims `worker` makes while 20 more jobs are enqueued one at a time.
+fn claims_during_inserts(worker: &RunningWorker, queue: &Queue) -> u64 {
+    let before = worker.stats().claims;
+    trickle(queue, 20);
+    worker.stats().claims - before
 }
 
 /// The worker holds both slots itself: twenty inserts cost it no claim; when a job ends
@@ -55,23 +45,17 @@ fn started(rx: &Receiver<i64>, n: usize) {
 fn a_worker_holding_every_slot_does_not_claim_on_inserts() {
     let db = TestDb::new();
     let queue = Queue::new(db.pool(1));
-    let (worker, open, rx) = gated(&db);
+    let gate = Gate::new();
+    let worker = gated(&db, &gate);
     trickle(&queue, 2);
-    started(&rx, 2);
+    gate.wait_started(2);
     std::thread::sleep(Duration::from_millis(200));
-    let before = worker.stats().claims;
-    trickle(&queue, 20);
-    let during = worker.stats().claims - before;
-    assert_eq!(
-        during, 0,
-        "claims while both slots were held by this worker"
-    );
-    open.send(()).unwrap();
-    started(&rx, 1);
-    for _ in 0..21 {
-        open.send(()).unwrap();
-    }
-    started(&rx, 19);
+    let during = claims_during_inserts(&worker, &queue);
+    assert_eq!(during, 0, "claims while this worker held both slots");
+    gate.let_through(1);
+    gate.wait_started(1);
+    gate.let_through(21);
+    gate.wait_started(19);
     assert_eq!(worker.join().unwrap().succeeded, 22);
 }
 
@@ -82,15 +66,14 @@ fn a_worker_holding_every_slot_does_not_claim_on_inserts() {
 fn a_worker_facing_slots_held_elsewhere_waits_for_one_to_free() {
     let db = TestDb::new();
     let queue = Queue::new(db.pool(1));
-    let (holder, open_holder, holder_rx) = gated(&db);
+    let (holder_gate, waiter_gate) = (Gate::new(), Gate::new());
+    let holder = gated(&db, &holder_gate);
     trickle(&queue, 2);
-    started(&holder_rx, 2);
-    let (waiter, open_waiter, waiter_rx) = gated(&db);
+    holder_gate.wait_started(2);
+    let waiter = gated(&db, &waiter_gate);
     trickle(&queue, 1);
     std::thread::sleep(Duration::from_millis(300));
-    let before = waiter.stats().claims;
-    trickle(&queue, 20);
-    let during = waiter.stats().claims - before;
+    let during = claims_during_inserts(&waiter, &queue);
     assert!(
         during <= 8,
         "{during} claims during 20 inserts while the limit was held elsewhere"
@@ -102,13 +85,10 @@ fn a_worker_facing_slots_held_elsewhere_waits_for_one_to_free() {
     );
     // The holder claims nothing more; its two jobs end and free their slots.
     holder.shutdown_handle().shutdown();
-    open_holder.send(()).unwrap();
-    open_holder.send(()).unwrap();
+    holder_gate.let_through(2);
     assert_eq!(holder.join().unwrap().succeeded, 2);
-    started(&waiter_rx, 2);
-    for _ in 0..21 {
-        open_waiter.send(()).unwrap();
-    }
+    waiter_gate.wait_started(2);
+    waiter_gate.let_through(21);
     eventually(
         Duration::from_secs(10),
         "the waiter to run the rest",

@@ -15,6 +15,61 @@ mod startup;
 mod stopping;
 mod wakeups;
 
+/// Jobs that wait at a gate: each announces its id as it starts and then waits for one
+/// message on `open` (30 s at most).
+pub struct Gate {
+    pub open: crossbeam_channel::Sender<()>,
+    pub started: crossbeam_channel::Receiver<i64>,
+    open_rx: crossbeam_channel::Receiver<()>,
+    started_tx: crossbeam_channel::Sender<i64>,
+}
+
+impl Gate {
+    pub fn new() -> Gate {
+        let (open, open_rx) = crossbeam_channel::unbounded();
+        let (started_tx, started) = crossbeam_channel::unbounded();
+        Gate {
+            open,
+            started,
+            open_rx,
+            started_tx,
+        }
+    }
+
+    /// The handler of gated jobs.
+    pub fn handler(
+        &self,
+    ) -> impl Fn(&pgqueuer::Job, &pgqueuer::Context<'_>) -> pgqueuer::HandlerResult + Send + Sync + 'static
+    {
+        let (open, started) = (self.open_rx.clone(), self.started_tx.clone());
+        move |job, _ctx| {
+            let _ = started.send(job.id);
+            open.recv_timeout(Duration::from_secs(30))
+                .map_err(|_| "the test never opened the gate")?;
+            Ok(())
+        }
+    }
+
+    /// Opens the gate for `n` jobs.
+    pub fn let_through(&self, n: usize) {
+        for _ in 0..n {
+            self.open.send(()).unwrap();
+        }
+    }
+
+    /// Waits for `n` gated jobs to start.
+    #[track_caller]
+    pub fn wait_started(&self, n: usize) -> Vec<i64> {
+        (0..n)
+            .map(|_| {
+                self.started
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("a gated job never started")
+            })
+            .collect()
+    }
+}
+
 /// A running worker with a 60 s dequeue timeout whose `entrypoint` handler sends the
 /// instant it starts each job.
 pub fn start_timing_worker(
