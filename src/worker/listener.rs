@@ -123,6 +123,7 @@ impl Listener<'_> {
         let channel = self.config.settings.channel.clone();
         let mut probe: Option<(uuid::Uuid, Instant)> = None;
         let mut last_probe = Instant::now();
+        let interval = health_interval(self.listen);
         while !finished() {
             {
                 let started = Instant::now();
@@ -151,7 +152,7 @@ impl Listener<'_> {
                     "no echo of its health check within {HEALTH_TIMEOUT:?}"
                 ));
             }
-            if probe.is_none() && last_probe.elapsed() >= HEALTH_INTERVAL {
+            if probe.is_none() && last_probe.elapsed() >= interval {
                 // A black-holed connection stays silent forever; only a round trip tells.
                 client
                     .is_valid(crate::connect::PROBE_TIMEOUT)
@@ -166,5 +167,34 @@ impl Listener<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// How often the listener proves its connection: every [`HEALTH_INTERVAL`], or every
+/// network deadline (the DSN's `tcp_user_timeout`) when that is shorter. An idle LISTEN
+/// connection has no statement in flight for the deadline to fail; keepalives should
+/// find a silent path, but the probe's statement is what bounds it: a worker with nothing
+/// to claim notices within about twice the deadline.
+fn health_interval(config: &postgres::Config) -> Duration {
+    config
+        .get_tcp_user_timeout()
+        .map_or(HEALTH_INTERVAL, |deadline| (*deadline).min(HEALTH_INTERVAL))
+        .max(Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_health_check_comes_at_least_once_a_network_deadline() {
+        let mut config = postgres::Config::new();
+        assert_eq!(health_interval(&config), HEALTH_INTERVAL);
+        config.tcp_user_timeout(Duration::from_secs(30));
+        assert_eq!(health_interval(&config), HEALTH_INTERVAL);
+        config.tcp_user_timeout(Duration::from_secs(3));
+        assert_eq!(health_interval(&config), Duration::from_secs(3));
+        config.tcp_user_timeout(Duration::from_millis(200));
+        assert_eq!(health_interval(&config), Duration::from_secs(1));
     }
 }
