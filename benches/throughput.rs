@@ -51,6 +51,10 @@ mod apt;
 )]
 #[path = "../tests/it/pgbouncer.rs"]
 mod pgbouncer;
+#[path = "support/rss.rs"]
+mod rss;
+
+use rss::peak_rss_mib;
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
     std::env::var(key)
@@ -405,16 +409,6 @@ fn latency(db: &BenchDb, n: usize, gap: Duration) -> Vec<Duration> {
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[i]
-}
-
-/// Peak resident memory of this process (VmHWM), in MiB.
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 fn main() {

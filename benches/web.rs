@@ -29,6 +29,11 @@ use std::time::{Duration, Instant};
 use pgqueuer::postgres::{Client, Config, NoTls};
 use pgqueuer::web::{Dashboard, WebOptions};
 
+#[path = "support/rss.rs"]
+mod rss;
+
+use rss::peak_rss_mib;
+
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
     std::env::var(key)
         .ok()
@@ -47,15 +52,6 @@ fn get(addr: SocketAddr, path: &str) -> (u16, usize) {
     stream.read_to_end(&mut raw).unwrap();
     let status = std::str::from_utf8(&raw[9..12]).unwrap().parse().unwrap();
     (status, raw.len())
-}
-
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn main() {

@@ -430,12 +430,17 @@ impl Running {
 
     /// How many jobs of each of `n` entrypoints are held, leaving out `except`.
     pub(crate) fn per_entrypoint(&self, n: usize, except: &[JobId]) -> Vec<usize> {
-        let mut counts = vec![0; n];
-        for (id, held) in self.map().iter() {
-            if !except.contains(id)
-                && let Some(c) = counts.get_mut(held.entrypoint)
-            {
+        let map = self.map();
+        let mut counts = vec![0usize; n];
+        for held in map.values() {
+            if let Some(c) = counts.get_mut(held.entrypoint) {
                 *c += 1;
+            }
+        }
+        // One lookup per excepted id rather than a scan of them per held job.
+        for held in except.iter().filter_map(|id| map.get(id)) {
+            if let Some(c) = counts.get_mut(held.entrypoint) {
+                *c = c.saturating_sub(1);
             }
         }
         counts
