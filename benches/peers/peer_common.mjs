@@ -1,18 +1,41 @@
-// What every Node.js peer driver shares: CPU counters and the one JSON line it prints.
+// What every Node.js peer driver shares: the drain's clock (wall time and CPU counters)
+// and the one JSON line it prints.
 import { readFileSync } from "node:fs";
 
 const TICKS = 100; // USER_HZ
 
 // Busy jiffies of the whole machine, and this process's user and system jiffies.
-export function cpu() {
+function cpu() {
   const stat = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
   const busy = stat.slice(0, 8).reduce((a, b) => a + b, 0) - stat[3] - stat[4];
   const own = readFileSync("/proc/self/stat", "utf8").split(")").pop().trim().split(/\s+/);
   return { busy, own: Number(own[11]) + Number(own[12]) };
 }
 
-// Prints the driver's result in the format compare.sh reads.
-export function report(system, version, settings, jobs, secs, c0, c1) {
+// Starts timing a drain of `jobs`: `ended(n)` counts finished jobs, and `finished`
+// resolves with the wall time and CPU counters when the last one ends.
+export function drainClock(jobs) {
+  const t0 = process.hrtime.bigint();
+  const c0 = cpu();
+  let done = 0;
+  let finish;
+  const finished = new Promise((resolve) => (finish = resolve));
+  return {
+    ended(n) {
+      done += n;
+      if (finish && done >= jobs) {
+        finish({ secs: Number(process.hrtime.bigint() - t0) / 1e9, c0, c1: cpu() });
+        finish = null;
+      }
+    },
+    finished,
+  };
+}
+
+// Prints the driver's result in the format compare.sh reads; `run` is what
+// `drainClock(jobs).finished` resolved with.
+export function report(system, version, settings, jobs, run) {
+  const { secs, c0, c1 } = run;
   console.log(JSON.stringify({
     system,
     version,

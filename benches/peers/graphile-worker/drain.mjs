@@ -4,7 +4,7 @@
 // tables, one bulk insert, VACUUM ANALYZE.
 import { Logger, run, makeWorkerUtils } from "graphile-worker";
 import pg from "pg";
-import { cpu, report } from "../peer_common.mjs";
+import { drainClock, report } from "../peer_common.mjs";
 
 const [conn, jobsArg, concArg, poolArg, queueArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 50000);
@@ -27,18 +27,11 @@ await client.query(
 await client.query("VACUUM ANALYZE");
 await client.end();
 
-let done = 0;
-let finish;
-const finished = new Promise((resolve) => (finish = resolve));
-const t0 = process.hrtime.bigint();
-const c0 = cpu();
+const clock = drainClock(jobs);
 const runner = await run({
   noHandleSignals: true,
   taskList: {
-    noop: async () => {
-      done += 1;
-      if (done === jobs) finish();
-    },
+    noop: async () => clock.ended(1),
   },
   preset: {
     worker: {
@@ -56,8 +49,6 @@ const runner = await run({
     if (level === "error") console.error(message);
   }),
 });
-await finished;
-const secs = Number(process.hrtime.bigint() - t0) / 1e9;
-const c1 = cpu();
+const measured = await clock.finished;
 await runner.stop();
-report("graphile-worker", "0.18.0", { concurrentJobs, maxPoolSize, localQueueSize, completeJobBatchDelay: 0 }, jobs, secs, c0, c1);
+report("graphile-worker", "0.18.0", { concurrentJobs, maxPoolSize, localQueueSize, completeJobBatchDelay: 0 }, jobs, measured);

@@ -10,15 +10,13 @@ queue until every job has run.
 import asyncio
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import psycopg
 from oban import Oban, worker
 from oban.schema import install
 
-from peer_common import machine_busy, own_cpu, report  # noqa: E402
+from peer_common import Clock, report, run_sql  # noqa: E402
 
 CONN = sys.argv[1]
 JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 50000
@@ -41,24 +39,21 @@ class Noop:
 async def main() -> None:
     pool = await Oban.create_pool(CONN, max_size=POOL)
     await install(pool)
-    with psycopg.connect(CONN, autocommit=True) as c:
-        c.execute("CHECKPOINT")
+    run_sql(CONN, "CHECKPOINT")
     async with Oban(pool=pool) as client:
         chunk = 5000
         for start in range(0, JOBS, chunk):
             n = min(chunk, JOBS - start)
             await client.enqueue_many([Noop.new({"i": start + k}) for k in range(n)])
-    with psycopg.connect(CONN, autocommit=True) as c:
-        c.execute("VACUUM ANALYZE")
-    t0, m0, p0 = time.perf_counter(), machine_busy(), own_cpu()
+    run_sql(CONN, "VACUUM ANALYZE")
+    clock = Clock()
     server = Oban(pool=pool, queues={"default": LIMIT})
     await server.start()
     await all_done.wait()
-    secs = time.perf_counter() - t0
-    m1, p1 = machine_busy(), own_cpu()
+    measured = clock.stop()
     await server.stop()
     await pool.close()
-    report("oban-py", "0.7.0", {"queue_limit": LIMIT, "pool_max_size": POOL}, JOBS, secs, m1 - m0, p1 - p0)
+    report("oban-py", "0.7.0", {"queue_limit": LIMIT, "pool_max_size": POOL}, JOBS, measured)
 
 
 asyncio.run(main())

@@ -5,7 +5,7 @@
 // shortest) and fetches back to back while fetches come back full (burstWhenBatchFull).
 import { PgBoss } from "pg-boss";
 import pg from "pg";
-import { cpu, report } from "../peer_common.mjs";
+import { drainClock, report } from "../peer_common.mjs";
 
 const [conn, jobsArg, batchArg, concArg, maxArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 50000);
@@ -28,21 +28,12 @@ for (let i = 0; i < jobs; i += chunk) {
 await client.query("VACUUM ANALYZE");
 await client.end();
 
-let done = 0;
-let finish;
-const finished = new Promise((resolve) => (finish = resolve));
-const t0 = process.hrtime.bigint();
-const c0 = cpu();
+const clock = drainClock(jobs);
 await boss.work(
   "noop",
   { batchSize, localConcurrency, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
-  async (batch) => {
-    done += batch.length;
-    if (done >= jobs) finish();
-  },
+  async (batch) => clock.ended(batch.length),
 );
-await finished;
-const secs = Number(process.hrtime.bigint() - t0) / 1e9;
-const c1 = cpu();
+const measured = await clock.finished;
 await boss.stop({ graceful: true, wait: true });
-report("pg-boss", "12.38.0", { batchSize, localConcurrency, max, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, jobs, secs, c0, c1);
+report("pg-boss", "12.38.0", { batchSize, localConcurrency, max, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, jobs, measured);

@@ -10,14 +10,12 @@ returns once the queue is empty.
 import asyncio
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import procrastinate
-import psycopg
 
-from peer_common import machine_busy, own_cpu, report  # noqa: E402
+from peer_common import Clock, report, run_sql  # noqa: E402
 
 CONN = sys.argv[1]
 JOBS = int(sys.argv[2]) if len(sys.argv) > 2 else 50000
@@ -39,22 +37,25 @@ async def noop(i: int) -> None:
 async def main() -> None:
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
-        with psycopg.connect(CONN, autocommit=True) as c:
-            c.execute("CHECKPOINT")
+        run_sql(CONN, "CHECKPOINT")
         chunk = 5000
         for start in range(0, JOBS, chunk):
             n = min(chunk, JOBS - start)
             await noop.batch_defer_async(*({"i": start + k} for k in range(n)))
-        with psycopg.connect(CONN, autocommit=True) as c:
-            c.execute("VACUUM ANALYZE")
-        t0, m0, p0 = time.perf_counter(), machine_busy(), own_cpu()
+        run_sql(CONN, "VACUUM ANALYZE")
+        clock = Clock()
         await app.run_worker_async(
             concurrency=CONCURRENCY, wait=False, install_signal_handlers=False
         )
-        secs = time.perf_counter() - t0
-        m1, p1 = machine_busy(), own_cpu()
+        measured = clock.stop()
     assert done == JOBS, f"ran {done} of {JOBS} jobs"
-    report("procrastinate", procrastinate.__version__, {"concurrency": CONCURRENCY, "pool_max_size": POOL}, JOBS, secs, m1 - m0, p1 - p0)
+    report(
+        "procrastinate",
+        procrastinate.__version__,
+        {"concurrency": CONCURRENCY, "pool_max_size": POOL},
+        JOBS,
+        measured,
+    )
 
 
 asyncio.run(main())
