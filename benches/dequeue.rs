@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 use pgqueuer::postgres::{Client, Config, NoTls};
 use pgqueuer::{Claimer, Outcome, Status};
 
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+#[allow(
+    dead_code,
+    reason = "shared by the benchmarks; this one reads no memory figure"
+)]
+#[path = "support/common.rs"]
+mod common;
+
+use common::env_or;
 
 struct BenchDb {
     admin: Client,

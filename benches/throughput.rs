@@ -44,6 +44,8 @@ use pgqueuer::{EntrypointOptions, NewJob, Pool, Pooler, Queue, Worker};
 )]
 #[path = "../tests/it/apt.rs"]
 mod apt;
+#[path = "support/common.rs"]
+mod common;
 #[allow(
     dead_code,
     unreachable_pub,
@@ -51,17 +53,8 @@ mod apt;
 )]
 #[path = "../tests/it/pgbouncer.rs"]
 mod pgbouncer;
-#[path = "support/rss.rs"]
-mod rss;
 
-use rss::peak_rss_mib;
-
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use common::{env_or, peak_rss_mib};
 
 struct BenchDb {
     admin: Client,

@@ -29,17 +29,10 @@ use std::time::{Duration, Instant};
 use pgqueuer::postgres::{Client, Config, NoTls};
 use pgqueuer::web::{Dashboard, WebOptions};
 
-#[path = "support/rss.rs"]
-mod rss;
+#[path = "support/common.rs"]
+mod common;
 
-use rss::peak_rss_mib;
-
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use common::{env_or, peak_rss_mib};
 
 fn get(addr: SocketAddr, path: &str) -> (u16, usize) {
     let mut stream = TcpStream::connect(addr).unwrap();
