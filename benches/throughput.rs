@@ -12,7 +12,10 @@
 //!   `flow,drain,limits,limits-drain,latency,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
-//! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI.
+//! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI;
+//! - `PGQ_BENCH_LATENCY_JOBS` jobs for the idle latency run (default 200; the trickle
+//!   sends five times as many), and `PGQ_BENCH_LATENCY_DUMP=FILE` to append every job's
+//!   latency and its enqueue's commit time to `FILE`, for pooling rounds.
 //!
 //! Shapes:
 //! - flow: producers enqueue batches while a worker runs no-op handlers; jobs/s is the
@@ -23,7 +26,10 @@
 //! - limits-drain: the same limits in a drain (16 threads claiming 10), where no producer
 //!   competes with the worker for the machine's two cores.
 //! - latency: enqueue-to-handler-start on an idle worker (one job at a time) and under a
-//!   steady trickle of 200 jobs/s.
+//!   steady trickle of 200 jobs/s, after three warm-up jobs (the producer's first
+//!   enqueues open pool connections: 2 of 200 jobs, they once made the whole p99). The
+//!   enqueue's own commit is part of every figure: on this machine it is about 1.9 ms of
+//!   an idle job's 3.1 ms and most of its tail.
 //! - memory: peak RSS of this process (a 16-thread worker plus producers) after the runs.
 //! - pgbouncer: PgQueuer's flow shape direct and through a real PgBouncer in transaction
 //!   mode (8 server connections; the worker listens directly), and their ratio. Needs
@@ -356,6 +362,10 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize, limit: u32) ->
 }
 
 /// Enqueue-to-start latencies (sorted) of `n` jobs sent `gap` apart to an idle worker.
+///
+/// With `PGQ_BENCH_LATENCY_DUMP=FILE`, every job's figures are appended to `FILE` in the
+/// order the jobs were sent: the gap, the latency and the time the enqueue's own commit
+/// took (both in µs). A tail made of slow commits is the disk's, not the worker's.
 fn latency(db: &BenchDb, n: usize, gap: Duration) -> Vec<Duration> {
     let pool = db.pool(8);
     db.reset(&pool);
@@ -373,8 +383,17 @@ fn latency(db: &BenchDb, n: usize, gap: Duration) -> Vec<Duration> {
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let queue = Queue::new(pool.clone());
+    // The producer's first enqueues open pool connections and prepare statements: they
+    // measure the pool, not the worker.
+    for _ in 0..3 {
+        queue.enqueue(NewJob::new("ping", Vec::new())).unwrap();
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("a warm-up job never started");
+        std::thread::sleep(gap);
+    }
+    // Per job id: when the enqueue began and how long it took.
     let mut sent = std::collections::HashMap::new();
-    let mut latencies = Vec::with_capacity(n);
+    let mut started = std::collections::HashMap::new();
     let producer_started = Instant::now();
     for i in 0..n {
         let due = producer_started + gap * u32::try_from(i).unwrap();
@@ -383,18 +402,34 @@ fn latency(db: &BenchDb, n: usize, gap: Duration) -> Vec<Duration> {
         }
         let at = Instant::now();
         let id = queue.enqueue(NewJob::new("ping", Vec::new())).unwrap();
-        sent.insert(id, at);
-        while let Ok((id, started)) = rx.try_recv() {
-            latencies.push(started - sent[&id]);
-        }
+        sent.insert(id, (i, at, at.elapsed()));
+        started.extend(rx.try_iter());
     }
-    while latencies.len() < n {
-        let (id, started) = rx
+    while started.len() < n {
+        let (id, at) = rx
             .recv_timeout(Duration::from_secs(10))
             .expect("a job never started");
-        latencies.push(started - sent[&id]);
+        started.insert(id, at);
     }
     running.join().unwrap();
+    let mut jobs: Vec<(usize, Duration, Duration)> = sent
+        .iter()
+        .map(|(id, &(i, at, commit))| (i, started[id] - at, commit))
+        .collect();
+    jobs.sort();
+    if let Ok(path) = std::env::var("PGQ_BENCH_LATENCY_DUMP") {
+        use std::io::Write;
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("cannot open PGQ_BENCH_LATENCY_DUMP {path}: {e}"));
+        for (_, latency, commit) in &jobs {
+            let (latency, commit) = (latency.as_micros(), commit.as_micros());
+            writeln!(out, "{} {latency} {commit}", gap.as_millis()).unwrap();
+        }
+    }
+    let mut latencies: Vec<Duration> = jobs.iter().map(|j| j.1).collect();
     latencies.sort();
     latencies
 }
@@ -536,7 +571,7 @@ fn main() {
         }
     }
     if wants("latency") {
-        let n = if quick { 20 } else { 200 };
+        let n = env_or("PGQ_BENCH_LATENCY_JOBS", if quick { 20 } else { 200 });
         let idle = latency(&db, n, Duration::from_millis(50));
         record(
             "latency idle: median".into(),
