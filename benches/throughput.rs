@@ -9,10 +9,12 @@
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
 //!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and batch);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of
-//!   `flow,drain,limits,limits-drain,latency,memory,pgbouncer`,
+//!   `flow,drain,floor,limits,limits-drain,latency,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI;
+//! - `PGQ_BENCH_DURABILITY` `durable` (the default), `balanced` (PgQueuer's variant with
+//!   an UNLOGGED log table) or `volatile`, as `pgq durability` sets it;
 //! - `PGQ_BENCH_LATENCY_JOBS` jobs for the idle latency run (default 200; the trickle
 //!   sends five times as many), and `PGQ_BENCH_LATENCY_DUMP=FILE` to append every job's
 //!   latency and its enqueue's commit time to `FILE`, for pooling rounds.
@@ -21,7 +23,13 @@
 //! - flow: producers enqueue batches while a worker runs no-op handlers; jobs/s is the
 //!   number of handler calls inside the window. `pgqueuer` is PgQueuer's benchmark shape:
 //!   one producer with batches of 10, claims of 10.
-//! - drain: N queued jobs processed to empty by one worker (`run_until_empty`).
+//! - drain: N queued jobs processed to empty by one worker (`run_until_empty`), with
+//!   the CPU and the WAL each job cost.
+//! - floor: the same N jobs taken through only the writes PgQueuer's schema requires of a
+//!   job's life (claimed with its `picked` log row, then deleted with its `successful`
+//!   log row), in plain batches of 128 on one and on two connections, with no worker: the
+//!   server's least cost per job, against which the drain is measured. Once more without
+//!   the log rows, to show what they cost.
 //! - limits: the PgQueuer flow with the entrypoint limited to 10 and to 5,000.
 //! - limits-drain: the same limits in a drain (16 threads claiming 10), where no producer
 //!   competes with the worker for the machine's two cores.
@@ -106,7 +114,14 @@ impl BenchDb {
             dsn,
             owned,
         };
-        pgqueuer::upgrade(db.pool(1).get().unwrap().client()).unwrap();
+        let pool = db.pool(1);
+        let mut conn = pool.get().unwrap();
+        pgqueuer::upgrade(conn.client()).unwrap();
+        if let Ok(level) = std::env::var("PGQ_BENCH_DURABILITY") {
+            let level = pgqueuer::Durability::parse(&level).unwrap();
+            pgqueuer::ops::set_durability(conn.client(), &pgqueuer::Settings::default(), level)
+                .unwrap();
+        }
         db
     }
 
@@ -311,22 +326,53 @@ fn cpu_ticks() -> Option<(u64, u64)> {
 
 /// Prints the CPU time per job between two [`cpu_ticks`] readings: the machine's and
 /// this process's (worker and producers), so what PostgreSQL spent is the difference.
-fn report_cpu(what: &str, before: Option<(u64, u64)>, after: Option<(u64, u64)>, jobs: u64) {
-    if let (Some((busy0, own0)), Some((busy1, own1))) = (before, after) {
-        // Clock ticks are 10 ms on Linux: per job, in microseconds.
-        let per_job = |ticks: u64| ticks as f64 * 10_000.0 / jobs.max(1) as f64;
-        eprintln!(
-            "    {what}: CPU per job {:.1} us on the machine, {:.1} us in this process",
-            per_job(busy1 - busy0),
-            per_job(own1 - own0)
-        );
-    }
+/// Returns the same for the table's note.
+fn report_cpu(
+    what: &str,
+    before: Option<(u64, u64)>,
+    after: Option<(u64, u64)>,
+    jobs: u64,
+) -> String {
+    let (Some((busy0, own0)), Some((busy1, own1))) = (before, after) else {
+        return String::new();
+    };
+    // Clock ticks are 10 ms on Linux: per job, in microseconds.
+    let per_job = |ticks: u64| ticks as f64 * 10_000.0 / jobs.max(1) as f64;
+    let (machine, own) = (per_job(busy1 - busy0), per_job(own1 - own0));
+    eprintln!(
+        "    {what}: CPU per job {machine:.1} us on the machine, {own:.1} us in this process"
+    );
+    format!("CPU/job {machine:.0} us machine, {own:.1} us process")
 }
 
-/// `jobs` queued up front, then one worker drains them; jobs per second to empty.
-fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize, limit: u32) -> f64 {
-    let pool = db.pool(4);
-    db.reset(&pool);
+/// The server's WAL position and its count of WAL records so far (the records come from
+/// the statistics, which backends flush about once a second).
+fn wal_mark(pool: &Pool) -> (i64, i64) {
+    let row = pool
+        .get()
+        .unwrap()
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint, \
+             (SELECT wal_records FROM pg_stat_wal)::bigint",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Prints WAL bytes and records per job between two [`wal_mark`]s (the second taken once
+/// the connections that did the work have closed). Returns the same for the table's note.
+fn report_wal(what: &str, before: (i64, i64), after: (i64, i64), jobs: usize) -> String {
+    let bytes = (after.0 - before.0) as f64 / jobs as f64;
+    let records = (after.1 - before.1) as f64 / jobs as f64;
+    eprintln!("    {what}: WAL per job {bytes:.0} bytes, {records:.1} records");
+    format!("WAL/job {bytes:.0} B, {records:.1} records")
+}
+
+/// Queues `jobs` no-op jobs in one go and analyzes the table, as every drain starts, on
+/// connections closed when it returns (so that their statistics are not counted later).
+fn fill(db: &BenchDb, jobs: usize) {
+    let pool = db.pool(1);
     let queue = Queue::new(pool.clone());
     let all: Vec<NewJob> = (0..jobs)
         .map(|i| NewJob::new("fetch", i.to_string().into_bytes()))
@@ -338,17 +384,102 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize, limit: u32) ->
         .unwrap()
         .batch_execute("VACUUM ANALYZE pgqueuer")
         .unwrap();
+}
+
+/// What PgQueuer's schema costs PostgreSQL per job at the least: no worker, only the
+/// writes a job's life requires, in the plainest statements, `batch` jobs each, on
+/// `lanes` connections at once. Each lane claims (the row becomes `picked` with an owner,
+/// plus its `picked` log row) and commits, then ends what it claimed (the row deleted,
+/// plus its `successful` log row) and commits, until nothing is left. With `log` false
+/// the log rows are left out, which no PgQueuer reader would accept: the figure shows
+/// what they cost.
+fn floor(db: &BenchDb, jobs: usize, batch: i32, lanes: usize, log: bool) -> (f64, String) {
+    let pool = db.pool(u32::try_from(lanes).unwrap() + 1);
+    db.reset(&pool);
+    fill(db, jobs);
+    let (claim_log, end_log) = if log {
+        (
+            ", logged AS (INSERT INTO pgqueuer_log (job_id, status, entrypoint, priority) \
+             SELECT id, 'picked', entrypoint, priority FROM claimed)",
+            "INSERT INTO pgqueuer_log (job_id, status, entrypoint, priority) \
+             SELECT id, 'successful', entrypoint, priority FROM ended",
+        )
+    } else {
+        ("", "SELECT 1")
+    };
+    let claim = format!(
+        "WITH next AS (SELECT ctid AS tid FROM pgqueuer WHERE entrypoint = 'fetch' \
+         AND status = 'queued' AND execute_after < NOW() ORDER BY priority DESC, id \
+         LIMIT $1::int FOR UPDATE SKIP LOCKED), \
+         claimed AS (UPDATE pgqueuer SET status = 'picked', updated = NOW(), \
+         heartbeat = NOW(), queue_manager_id = $2 \
+         WHERE ctid = ANY(ARRAY(SELECT tid FROM next)) RETURNING id, entrypoint, priority)\
+         {claim_log} SELECT id FROM claimed"
+    );
+    let end = format!(
+        "WITH ended AS (DELETE FROM pgqueuer WHERE id = ANY($1) AND queue_manager_id = $2 \
+         RETURNING id, entrypoint, priority) {end_log}"
+    );
+    let meter = db.pool(1);
+    std::thread::sleep(Duration::from_millis(1_100));
+    let wal0 = wal_mark(&meter);
+    let cpu0 = cpu_ticks();
+    let started = Instant::now();
+    let done = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..lanes {
+            scope.spawn(|| {
+                let mut conn = pool.get().unwrap();
+                let owner = uuid::Uuid::new_v4();
+                let claim = conn.prepare(&claim).unwrap();
+                let end = conn.prepare(&end).unwrap();
+                loop {
+                    let ids: Vec<i64> = conn
+                        .query(&claim, &[&batch, &owner])
+                        .unwrap()
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    if ids.is_empty() {
+                        break;
+                    }
+                    conn.execute(&end, &[&ids, &owner]).unwrap();
+                    done.fetch_add(ids.len() as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = report_cpu("floor", cpu0, cpu_ticks(), jobs as u64);
+    drop(pool);
+    std::thread::sleep(Duration::from_millis(1_100));
+    let wal = report_wal("floor", wal0, wal_mark(&meter), jobs);
+    assert_eq!(done.into_inner(), jobs as u64, "the floor missed jobs");
+    (jobs as f64 / elapsed, format!("{cpu}; {wal}"))
+}
+
+/// `jobs` queued up front, then one worker drains them; jobs per second to empty.
+fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize, limit: u32) -> (f64, String) {
+    let pool = db.pool(4);
+    db.reset(&pool);
+    fill(db, jobs);
     let counter = Arc::new(AtomicU64::new(0));
     let w = worker(&pool, threads, batch, limit, &counter);
+    // Counted on a connection of its own, once the worker's have closed (a backend's
+    // statistics are complete when it exits).
+    let meter = db.pool(1);
     std::thread::sleep(Duration::from_millis(1_100));
-    let commits0 = db_commits(&pool);
+    let commits0 = db_commits(&meter);
+    let wal0 = wal_mark(&meter);
     let cpu0 = cpu_ticks();
     let started = Instant::now();
     w.run_until_empty().unwrap();
     let elapsed = started.elapsed().as_secs_f64();
-    report_cpu("drain", cpu0, cpu_ticks(), jobs as u64);
+    let cpu = report_cpu("drain", cpu0, cpu_ticks(), jobs as u64);
+    drop((w, pool));
     std::thread::sleep(Duration::from_millis(1_100));
-    let commits = db_commits(&pool) - commits0;
+    let wal = report_wal("drain", wal0, wal_mark(&meter), jobs);
+    let commits = db_commits(&meter) - commits0;
     eprintln!(
         "    drain: {:.3} commits per job",
         commits as f64 / jobs as f64
@@ -358,7 +489,7 @@ fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize, limit: u32) ->
         jobs as u64,
         "the drain missed jobs"
     );
-    jobs as f64 / elapsed
+    (jobs as f64 / elapsed, format!("{cpu}; {wal}"))
 }
 
 /// Enqueue-to-start latencies (sorted) of `n` jobs sent `gap` apart to an idle worker.
@@ -447,9 +578,13 @@ fn main() {
     let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
     let shapes: String = env_or(
         "PGQ_BENCH_SHAPES",
-        "flow,drain,limits,limits-drain,latency,memory,pgbouncer".to_owned(),
+        "flow,drain,floor,limits,limits-drain,latency,memory,pgbouncer".to_owned(),
     );
     let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
+    let durability = match std::env::var("PGQ_BENCH_DURABILITY") {
+        Ok(level) => format!(", durability {level}"),
+        Err(_) => String::new(),
+    };
     let db = BenchDb::create();
     let mut rows: Vec<Row> = Vec::new();
     let mut record = |shape: String, value: f64, unit: &'static str, note: String| {
@@ -523,12 +658,12 @@ fn main() {
             drains = vec![(threads, threads)];
         }
         for (threads, batch) in drains {
-            let rate = drain(&db, drain_jobs, threads, batch, 0);
+            let (rate, note) = drain(&db, drain_jobs, threads, batch, 0);
             record(
-                format!("drain {drain_jobs} ({threads} thr, batch {batch})"),
+                format!("drain {drain_jobs} ({threads} thr, batch {batch}){durability}"),
                 rate,
                 "jobs/s",
-                String::new(),
+                note,
             );
         }
     }
@@ -557,11 +692,27 @@ fn main() {
             "target >= 0.5".into(),
         );
     }
+    if wants("floor") {
+        for (lanes, log) in [(1, true), (2, true), (2, false)] {
+            let (rate, note) = floor(&db, drain_jobs, 128, lanes, log);
+            let what = if log {
+                "required writes"
+            } else {
+                "without log rows"
+            };
+            record(
+                format!("floor {drain_jobs}: {what} ({lanes} conn, batch 128){durability}"),
+                rate,
+                "jobs/s",
+                note,
+            );
+        }
+    }
     if wants("limits-drain") {
         // The limits without a producer competing for the machine: a drain of queued
         // jobs by 16 threads claiming 10.
         for limit in [0u32, 10, 5_000] {
-            let rate = drain(&db, drain_jobs, 16, 10, limit);
+            let (rate, _) = drain(&db, drain_jobs, 16, 10, limit);
             let name = if limit == 0 {
                 "limits drain: unlimited".to_owned()
             } else {

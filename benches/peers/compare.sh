@@ -9,7 +9,9 @@
 #
 # Environment: PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres); PEERS, a subset of
 # "graphile pgboss procrastinate oban river" (default: all); SLOW_JOBS, the jobs for the
-# peers that drain at a few hundred jobs/s (Procrastinate; default JOBS / 10).
+# peers that drain at a few hundred jobs/s (Procrastinate; default JOBS / 10); FLOOR=0 to
+# leave out our durability-balanced drain and the floor (the writes PgQueuer's schema
+# requires per job, with no worker: the throughput bench's `floor` shape).
 #
 # Every peer is pinned and installed by this script when missing, nothing by hand:
 # graphile-worker and pg-boss from npm (`npm ci` on their lock files; Node.js must be on
@@ -25,9 +27,9 @@ ROUNDS=${ROUNDS:-3}
 JOBS=${JOBS:-50000}
 SLOW_JOBS=${SLOW_JOBS:-$((JOBS / 10))}
 PEERS=${PEERS:-graphile pgboss procrastinate oban river}
+FLOOR=${FLOOR:-1}
 RESULTS=$(mktemp)
-OURS_CPU=$(mktemp)
-trap 'rm -f "$RESULTS" "$OURS_CPU"' EXIT
+trap 'rm -f "$RESULTS"' EXIT
 
 wants() { [[ " $PEERS " == *" $1 "* ]]; }
 
@@ -87,11 +89,21 @@ peer() { # name, label, command...
     psql -qAtX -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
 }
 
+ours() { # label, shapes, extra environment...
+    echo "round $round/$ROUNDS: $1" >&2
+    local shapes=$2
+    shift 2
+    (cd ../.. && env "$@" PGQ_BENCH_JSON="$RESULTS" PGQ_BENCH_SHAPES="$shapes" \
+        PGQ_BENCH_DRAIN_THREADS=128 PGQ_BENCH_DRAIN_JOBS="$JOBS" \
+        cargo bench -q --bench throughput 2>&1 >/dev/null) >&2
+}
+
 for round in $(seq 1 "$ROUNDS"); do
-    echo "round $round/$ROUNDS: pgqueuer-rs (128 threads, batch 128)" >&2
-    (cd ../.. && PGQ_BENCH_JSON="$RESULTS" PGQ_BENCH_SHAPES=drain PGQ_BENCH_DRAIN_THREADS=128 \
-        PGQ_BENCH_DRAIN_JOBS=$JOBS cargo bench -q --bench throughput 2>&1 >/dev/null) |
-        tee -a "$OURS_CPU" >&2
+    ours "pgqueuer-rs (128 threads, batch 128)" drain
+    if [ "$FLOOR" = 1 ]; then
+        ours "pgqueuer-rs, durability balanced" drain PGQ_BENCH_DURABILITY=balanced
+        ours "PgQueuer's schema alone: the floor (no worker)" floor
+    fi
     if wants graphile; then
         peer graphile "graphile-worker (concurrentJobs 64, maxPoolSize 20, localQueue 2000)" \
             node graphile-worker/drain.mjs DSN "$JOBS" 64 20 2000
@@ -114,18 +126,39 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
 done
 
-python3 - "$RESULTS" "$OURS_CPU" <<'PY'
+python3 - "$RESULTS" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ours = [r["value"] for r in rows if r.get("impl") == "rust" and r["shape"].startswith("drain")]
-o = statistics.median(ours)
-cpu = [tuple(map(float, m.groups())) for m in re.finditer(
-    r"CPU per job ([0-9.]+) us on the machine, ([0-9.]+) us in this process", open(sys.argv[2]).read())]
-ours_cpu = (f"{statistics.median(c[0] for c in cpu):.0f} us / {statistics.median(c[1] for c in cpu):.0f} us"
-            if cpu else "")
-print("| system | settings | drain jobs/s (median) | rounds | ours / it | CPU per job: machine / its process |")
-print("|---|---|---:|---|---:|---|")
-print(f"| pgqueuer-rs | 128 threads, batch 128 | {o:,.0f} | {', '.join(f'{x:,.0f}' for x in ours)} | 1.00 | {ours_cpu} |")
+
+def cpu_of(notes):
+    got = [re.search(r"CPU/job ([0-9.]+) us machine, ([0-9.]+) us process", n) for n in notes]
+    got = [tuple(map(float, g.groups())) for g in got if g]
+    if not got:
+        return ""
+    return f"{statistics.median(g[0] for g in got):.0f} us / {statistics.median(g[1] for g in got):.1f} us"
+
+def wal_of(notes):
+    got = [re.search(r"WAL/job ([0-9.]+) B, ([0-9.]+) records", n) for n in notes]
+    got = [tuple(map(float, g.groups())) for g in got if g]
+    if not got:
+        return ""
+    return f"{statistics.median(g[0] for g in got):,.0f} B, {statistics.median(g[1] for g in got):.1f}"
+
+ours = {}
+for r in rows:
+    if r.get("impl") == "rust":
+        ours.setdefault(r["shape"], []).append(r)
+drain = next(k for k in ours if k.startswith("drain") and "durability" not in k)
+o = statistics.median(r["value"] for r in ours[drain])
+print("| system | settings | drain jobs/s (median) | rounds | ours / it | CPU per job: machine / its process | WAL per job: bytes, records |")
+print("|---|---|---:|---|---:|---|---|")
+for shape, mine in ours.items():
+    xs = [r["value"] for r in mine]
+    m = statistics.median(xs)
+    name = "pgqueuer-rs" if shape.startswith("drain") else "PgQueuer's schema alone"
+    notes = [r["note"] for r in mine]
+    print(f"| {name} | {shape} | {m:,.0f} | {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x "
+          f"| {cpu_of(notes)} | {wal_of(notes)} |")
 systems = []
 for r in rows:
     if "system" in r and r["system"] not in systems:
@@ -138,5 +171,5 @@ for system in systems:
     cpu_p = statistics.median(r["cpu_per_job_us"]["process"] for r in mine)
     settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
     print(f"| {system} {mine[0]['version']} | {settings}; {mine[0]['shape']} | {m:,.0f} "
-          f"| {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us |")
+          f"| {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us | |")
 PY
