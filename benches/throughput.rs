@@ -13,6 +13,8 @@
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI;
+//! - `PGQ_BENCH_LIMITS` the limits of the `limits-drain` shape (default `0,10,5000`; 0 is
+//!   none);
 //! - `PGQ_BENCH_DURABILITY` `durable` (the default), `balanced` (PgQueuer's variant with
 //!   an UNLOGGED log table) or `volatile`, as `pgq durability` sets it;
 //! - `PGQ_BENCH_LATENCY_JOBS` jobs for the idle latency run (default 200; the trickle
@@ -711,14 +713,19 @@ fn main() {
     if wants("limits-drain") {
         // The limits without a producer competing for the machine: a drain of queued
         // jobs by 16 threads claiming 10.
-        for limit in [0u32, 10, 5_000] {
-            let (rate, _) = drain(&db, drain_jobs, 16, 10, limit);
+        let limits: String = env_or("PGQ_BENCH_LIMITS", "0,10,5000".to_owned());
+        for limit in limits.split(',') {
+            let limit: u32 = limit
+                .trim()
+                .parse()
+                .expect("PGQ_BENCH_LIMITS is a comma-separated list of limits (0: none)");
+            let (rate, note) = drain(&db, drain_jobs, 16, 10, limit);
             let name = if limit == 0 {
                 "limits drain: unlimited".to_owned()
             } else {
                 format!("limits drain: limit {limit}")
             };
-            record(name, rate, "jobs/s", String::new());
+            record(name, rate, "jobs/s", note);
         }
     }
     if wants("latency") {

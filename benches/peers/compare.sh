@@ -11,7 +11,11 @@
 # "graphile pgboss procrastinate oban river" (default: all); SLOW_JOBS, the jobs for the
 # peers that drain at a few hundred jobs/s (Procrastinate; default JOBS / 10); FLOOR=0 to
 # leave out our durability-balanced drain and the floor (the writes PgQueuer's schema
-# requires per job, with no worker: the throughput bench's `floor` shape).
+# requires per job, with no worker: the throughput bench's `floor` shape); LATENCY=0 to
+# leave out enqueue-to-start latency (ours and graphile-worker's: 200 jobs 50 ms apart to
+# an idle worker, 1,000 jobs 5 ms apart); LIMITED=0 to leave out the limited drain
+# (LIMITED_JOBS jobs, default 2,000, of an entrypoint limited to 1 against a
+# graphile-worker named queue, which runs one job at a time fleet-wide).
 #
 # Every peer is pinned and installed by this script when missing, nothing by hand:
 # graphile-worker and pg-boss from npm (`npm ci` on their lock files; Node.js must be on
@@ -28,6 +32,10 @@ JOBS=${JOBS:-50000}
 SLOW_JOBS=${SLOW_JOBS:-$((JOBS / 10))}
 PEERS=${PEERS:-graphile pgboss procrastinate oban river}
 FLOOR=${FLOOR:-1}
+LATENCY=${LATENCY:-1}
+LIMITED=${LIMITED:-1}
+LIMITED_JOBS=${LIMITED_JOBS:-2000}
+GRAPHILE_LIMITED_JOBS=${GRAPHILE_LIMITED_JOBS:-$((LIMITED_JOBS / 10))}
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 
@@ -93,8 +101,8 @@ ours() { # label, shapes, extra environment...
     echo "round $round/$ROUNDS: $1" >&2
     local shapes=$2
     shift 2
-    (cd ../.. && env "$@" PGQ_BENCH_JSON="$RESULTS" PGQ_BENCH_SHAPES="$shapes" \
-        PGQ_BENCH_DRAIN_THREADS=128 PGQ_BENCH_DRAIN_JOBS="$JOBS" \
+    (cd ../.. && env PGQ_BENCH_JSON="$RESULTS" PGQ_BENCH_SHAPES="$shapes" \
+        PGQ_BENCH_DRAIN_THREADS=128 PGQ_BENCH_DRAIN_JOBS="$JOBS" "$@" \
         cargo bench -q --bench throughput 2>&1 >/dev/null) >&2
 }
 
@@ -124,29 +132,46 @@ for round in $(seq 1 "$ROUNDS"); do
         peer river "river (max_workers 100, fetch cooldown 1 ms)" \
             river/target/release/pgqueuer-peer-river DSN "$JOBS" 100 1
     fi
+    if [ "$LATENCY" = 1 ]; then
+        ours "pgqueuer-rs latency (4 threads)" latency
+        if wants graphile; then
+            peer graphile "graphile-worker latency (concurrentJobs 4, maxPoolSize 10)" \
+                node graphile-worker/latency.mjs DSN 200 4 10
+        fi
+    fi
+    if [ "$LIMITED" = 1 ]; then
+        ours "pgqueuer-rs, limit 1 ($LIMITED_JOBS jobs, 16 threads)" limits-drain \
+            PGQ_BENCH_LIMITS=1 PGQ_BENCH_DRAIN_JOBS="$LIMITED_JOBS"
+        if wants graphile; then
+            peer graphile "graphile-worker, one named queue ($GRAPHILE_LIMITED_JOBS jobs)" \
+                node graphile-worker/limited.mjs DSN "$GRAPHILE_LIMITED_JOBS" 16 10
+        fi
+    fi
 done
 
 python3 - "$RESULTS" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 
-def cpu_of(notes):
-    got = [re.search(r"CPU/job ([0-9.]+) us machine, ([0-9.]+) us process", n) for n in notes]
+def median_pair(notes, pattern, fmt):
+    """Medians of the two numbers `pattern` finds in each note, formatted by `fmt`."""
+    got = [re.search(pattern, n) for n in notes]
     got = [tuple(map(float, g.groups())) for g in got if g]
     if not got:
         return ""
-    return f"{statistics.median(g[0] for g in got):.0f} us / {statistics.median(g[1] for g in got):.1f} us"
+    return fmt(statistics.median(g[0] for g in got), statistics.median(g[1] for g in got))
+
+def cpu_of(notes):
+    return median_pair(notes, r"CPU/job ([0-9.]+) us machine, ([0-9.]+) us process",
+                       lambda m, p: f"{m:.0f} us / {p:.1f} us")
 
 def wal_of(notes):
-    got = [re.search(r"WAL/job ([0-9.]+) B, ([0-9.]+) records", n) for n in notes]
-    got = [tuple(map(float, g.groups())) for g in got if g]
-    if not got:
-        return ""
-    return f"{statistics.median(g[0] for g in got):,.0f} B, {statistics.median(g[1] for g in got):.1f}"
+    return median_pair(notes, r"WAL/job ([0-9.]+) B, ([0-9.]+) records",
+                       lambda b, r: f"{b:,.0f} B, {r:.1f}")
 
 ours = {}
 for r in rows:
-    if r.get("impl") == "rust":
+    if r.get("impl") == "rust" and (r["shape"].startswith("drain") or r["shape"].startswith("floor")):
         ours.setdefault(r["shape"], []).append(r)
 drain = next(k for k in ours if k.startswith("drain") and "durability" not in k)
 o = statistics.median(r["value"] for r in ours[drain])
@@ -164,7 +189,9 @@ for r in rows:
     if "system" in r and r["system"] not in systems:
         systems.append(r["system"])
 for system in systems:
-    mine = [r for r in rows if r.get("system") == system]
+    mine = [r for r in rows if r.get("system") == system and r["shape"].startswith("drain")]
+    if not mine:
+        continue
     xs = [r["jobs_per_s"] for r in mine]
     m = statistics.median(xs)
     cpu_m = statistics.median(r["cpu_per_job_us"]["machine"] for r in mine)
@@ -172,4 +199,44 @@ for system in systems:
     settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
     print(f"| {system} {mine[0]['version']} | {settings}; {mine[0]['shape']} | {m:,.0f} "
           f"| {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us | |")
+
+latency = {}
+for r in rows:
+    if r.get("impl") == "rust" and r["shape"].startswith("latency"):
+        shape, stat = r["shape"].rsplit(": ", 1)
+        latency.setdefault(("pgqueuer-rs", "4 threads"), {}).setdefault((shape, stat), []).append(r["value"])
+    elif "latency_ms" in r:
+        shape = r["shape"].split(" (")[0]
+        settings = ", ".join(f"{k} {v}" for k, v in r["settings"].items())
+        key = (f"{r['system']} {r['version']}", settings)
+        for stat, label in (("p50", "median"), ("p99", "p99")):
+            latency.setdefault(key, {}).setdefault((shape, label), []).append(r["latency_ms"][stat])
+if latency:
+    cols = [("latency idle", "median"), ("latency idle", "p99"),
+            ("latency trickle 200/s", "median"), ("latency trickle 200/s", "p99")]
+    print()
+    print("| system | settings | idle median ms | idle p99 ms | 200/s median ms | 200/s p99 ms |")
+    print("|---|---|---:|---:|---:|---:|")
+    for (system, settings), got in latency.items():
+        cells = [f"{statistics.median(got[c]):.2f}" if c in got else "" for c in cols]
+        print(f"| {system} | {settings} | " + " | ".join(cells) + " |")
+limited = [r for r in rows if r.get("impl") == "rust" and r["shape"].startswith("limits drain")]
+theirs = [r for r in rows if r.get("shape", "").startswith("limited drain")]
+
+def rounds(xs):
+    return ", ".join(f"{x:,.0f}" for x in xs)
+
+if limited:
+    xs = [r["value"] for r in limited]
+    lo = statistics.median(xs)
+    print()
+    print("| system | settings | limited drain jobs/s (median) | rounds | ours / it |")
+    print("|---|---|---:|---|---:|")
+    print(f"| pgqueuer-rs | {limited[0]['shape']}, 16 threads | {lo:,.0f} | {rounds(xs)} | 1.00x |")
+    for system in sorted({r["system"] for r in theirs}):
+        mine = [r for r in theirs if r["system"] == system]
+        xs = [r["jobs_per_s"] for r in mine]
+        m = statistics.median(xs)
+        settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
+        print(f"| {system} {mine[0]['version']} | {settings} | {m:,.0f} | {rounds(xs)} | {lo / m:.2f}x |")
 PY

@@ -34,17 +34,30 @@ export function drainClock(jobs) {
 
 // Prints the driver's result in the format compare.sh reads; `run` is what
 // `drainClock(jobs).finished` resolved with.
-export function report(system, version, settings, jobs, run) {
+export function report(system, version, settings, jobs, run, shape = `drain ${jobs}`) {
   const { secs, c0, c1 } = run;
   console.log(JSON.stringify({
     system,
     version,
     settings,
-    shape: `drain ${jobs}`,
+    shape,
     jobs_per_s: jobs / secs,
     cpu_per_job_us: {
       machine: ((c1.busy - c0.busy) / TICKS / jobs) * 1e6,
       process: ((c1.own - c0.own) / TICKS / jobs) * 1e6,
     },
+  }));
+}
+
+// Prints a latency shape's result (`latencies` in ms) in the format compare.sh reads.
+export function latencyReport(system, version, settings, shape, latencies) {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const at = (p) => sorted[Math.round((sorted.length - 1) * p)];
+  console.log(JSON.stringify({
+    system,
+    version,
+    settings,
+    shape: `${shape} (${sorted.length} jobs)`,
+    latency_ms: { p50: at(0.5), p99: at(0.99) },
   }));
 }

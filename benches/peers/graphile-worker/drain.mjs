@@ -2,9 +2,9 @@
 // Usage: node drain.mjs <connection string> [jobs] [concurrentJobs] [maxPoolSize] [localQueueSize]
 // The database is prepared as for every system: schema installed, CHECKPOINT on empty
 // tables, one bulk insert, VACUUM ANALYZE.
-import { Logger, run, makeWorkerUtils } from "graphile-worker";
-import pg from "pg";
+import { run } from "graphile-worker";
 import { drainClock, report } from "../peer_common.mjs";
+import { errorsOnly, prepareDrain } from "./common.mjs";
 
 const [conn, jobsArg, concArg, poolArg, queueArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 50000);
@@ -12,20 +12,7 @@ const concurrentJobs = Number(concArg ?? 64);
 const maxPoolSize = Number(poolArg ?? 20);
 const localQueueSize = Number(queueArg ?? 2000);
 
-const utils = await makeWorkerUtils({ connectionString: conn });
-await utils.migrate();
-await utils.release();
-const client = new pg.Client({ connectionString: conn });
-await client.connect();
-await client.query("CHECKPOINT");
-await client.query(
-  `SELECT graphile_worker.add_jobs(array(
-     SELECT ROW('noop', json_build_object('i', i), NULL, NULL, NULL, NULL, NULL, NULL)::graphile_worker.job_spec
-       FROM generate_series(1, $1::int) AS i))`,
-  [jobs],
-);
-await client.query("VACUUM ANALYZE");
-await client.end();
+await prepareDrain(conn, jobs);
 
 const clock = drainClock(jobs);
 const runner = await run({
@@ -44,10 +31,7 @@ const runner = await run({
       failJobBatchDelay: 0,
     },
   },
-  // Errors only: the job-by-job info lines would cost as much as the jobs.
-  logger: new Logger(() => (level, message) => {
-    if (level === "error") console.error(message);
-  }),
+  logger: errorsOnly,
 });
 const measured = await clock.finished;
 await runner.stop();
