@@ -347,8 +347,9 @@ fn report_cpu(
     format!("CPU/job {machine:.0} us machine, {own:.1} us process")
 }
 
-/// The server's WAL position and its count of WAL records so far (the records come from
-/// the statistics, which backends flush about once a second).
+/// The server's WAL position and its count of WAL records so far. The records come from
+/// the statistics, complete only for backends that have exited or been idle for a
+/// second: hence the closed connections around each measurement.
 fn wal_mark(pool: &Pool) -> (i64, i64) {
     let row = pool
         .get()
