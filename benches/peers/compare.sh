@@ -21,7 +21,7 @@
 # graphile-worker and pg-boss from npm (`npm ci` on their lock files; Node.js must be on
 # the PATH; pg-boss 12 asks for Node 22 and runs this driver on Node 20), Procrastinate
 # and Oban from PyPI (pinned requirements files, in venvs made with uv, which fetches the
-# Python 3.12 that Oban needs), River from crates.io (its own Cargo.lock).
+# Python 3.12 that Oban needs where no pyenv install of it is found), River from crates.io (its own Cargo.lock).
 set -euo pipefail
 cd "$(dirname "$0")"
 HERE=$(pwd)
@@ -55,7 +55,15 @@ python_peer() { # dir, python version
         local uv
         uv=$(uv_tool)
         echo "installing $1 from PyPI" >&2
-        if ! "$uv" venv -q --python "$2" "$1/.venv"; then
+        # A pyenv install of that version serves even when pyenv has not selected it
+        # (its shim then refuses to run, and uv would look no further).
+        local python=$2 root
+        if root=$(pyenv root 2>/dev/null); then
+            for candidate in "$root"/versions/"$2".*/bin/python"$2"; do
+                [ -x "$candidate" ] && python=$candidate
+            done
+        fi
+        if ! "$uv" venv -q --python "$python" "$1/.venv"; then
             echo "$1 needs Python $2 or newer, which is not installed and uv could not" \
                 "download it: install one (python.org, or 'uv python install $2' where" \
                 "GitHub is reachable), or leave $1 out of PEERS" >&2
