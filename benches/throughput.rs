@@ -211,7 +211,7 @@ fn flow(
     producer_batch: usize,
     limit: u32,
     window: Duration,
-) -> (f64, u64) {
+) -> (f64, u64, String) {
     let pool = db.pool(u32::try_from(producers).unwrap() + 4);
     flow_on(
         &pool,
@@ -239,7 +239,7 @@ fn flow_on(
     producer_batch: usize,
     limit: u32,
     window: Duration,
-) -> (f64, u64) {
+) -> (f64, u64, String) {
     let pool = pool.clone();
     db.reset(&pool);
     let counter = Arc::new(AtomicU64::new(0));
@@ -247,7 +247,7 @@ fn flow_on(
         .start()
         .unwrap();
     let stop = AtomicBool::new(false);
-    let rate = std::thread::scope(|scope| {
+    let (rate, cpu) = std::thread::scope(|scope| {
         for _ in 0..producers {
             let queue = Queue::new(pool.clone());
             let stop = &stop;
@@ -269,13 +269,13 @@ fn flow_on(
         let (c1, t1, cpu1) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
         let commits = db_commits(&pool) - commits0;
         stop.store(true, Ordering::Relaxed);
-        report_cpu("flow", cpu0, cpu1, c1 - c0);
+        let cpu = report_cpu("flow", cpu0, cpu1, c1 - c0);
         // Statistics reach pg_stat_database about once a second: roughly the window's.
         eprintln!(
             "    flow: {:.3} commits per job",
             commits as f64 / (c1 - c0).max(1) as f64
         );
-        (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
+        ((c1 - c0) as f64 / (t1 - t0).as_secs_f64(), cpu)
     });
     running.join().unwrap();
     let backlog: i64 = pool
@@ -284,7 +284,7 @@ fn flow_on(
         .query_typed("SELECT count(*) FROM pgqueuer WHERE status = 'queued'", &[])
         .unwrap()[0]
         .get(0);
-    (rate, u64::try_from(backlog).unwrap_or(0))
+    (rate, u64::try_from(backlog).unwrap_or(0), cpu)
 }
 
 /// Transactions committed in the bench database so far (flushed to the statistics about
@@ -642,12 +642,12 @@ fn main() {
             if !name.contains(only.as_str()) {
                 continue;
             }
-            let (rate, backlog) = flow(&db, threads, batch, producers, pbatch, 0, window);
+            let (rate, backlog, cpu) = flow(&db, threads, batch, producers, pbatch, 0, window);
             record(
                 name.into(),
                 rate,
                 "jobs/s",
-                format!("backlog after: {backlog}"),
+                format!("backlog after: {backlog}; {cpu}"),
             );
         }
     }
@@ -673,7 +673,7 @@ fn main() {
     if wants("limits") {
         let mut rates = Vec::new();
         for limit in [0u32, 10, 5_000] {
-            let (rate, backlog) = flow(&db, 16, 10, 1, 10, limit, window);
+            let (rate, backlog, _) = flow(&db, 16, 10, 1, 10, limit, window);
             rates.push(rate);
             let name = if limit == 0 {
                 "limits: unlimited".to_owned()
@@ -769,8 +769,8 @@ fn main() {
             ..Default::default()
         };
         let through = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
-        let (direct_rate, _) = flow(&db, 16, 10, 1, 10, 0, window);
-        let (bouncer_rate, backlog) = flow_on(&through, &db, 16, 10, 1, 10, 0, window);
+        let (direct_rate, _, _) = flow(&db, 16, 10, 1, 10, 0, window);
+        let (bouncer_rate, backlog, _) = flow_on(&through, &db, 16, 10, 1, 10, 0, window);
         record(
             "pgbouncer: direct (pgqueuer flow)".into(),
             direct_rate,

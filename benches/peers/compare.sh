@@ -15,7 +15,11 @@
 # leave out enqueue-to-start latency (ours and graphile-worker's: 200 jobs 50 ms apart to
 # an idle worker, 1,000 jobs 5 ms apart); LIMITED=0 to leave out the limited drain
 # (LIMITED_JOBS jobs, default 2,000, of an entrypoint limited to 1 against a
-# graphile-worker named queue, which runs one job at a time fleet-wide).
+# graphile-worker named queue, which runs one job at a time fleet-wide, and a pg-boss
+# singleton queue, one active job at a time: PGBOSS_LIMITED_JOBS, default LIMITED_JOBS /
+# 20); FLOW=0 to leave out the flow (one producer enqueuing batches of 10 back to back
+# while the workers run, WINDOW seconds after 2 s of warm-up, default 10: ours, in
+# PgQueuer's benchmark shape, graphile-worker's and pg-boss's, with the backlog left).
 #
 # Every peer is pinned and installed by this script when missing, nothing by hand:
 # graphile-worker and pg-boss from npm (`npm ci` on their lock files; Node.js must be on
@@ -36,6 +40,9 @@ LATENCY=${LATENCY:-1}
 LIMITED=${LIMITED:-1}
 LIMITED_JOBS=${LIMITED_JOBS:-2000}
 GRAPHILE_LIMITED_JOBS=${GRAPHILE_LIMITED_JOBS:-$((LIMITED_JOBS / 10))}
+PGBOSS_LIMITED_JOBS=${PGBOSS_LIMITED_JOBS:-$((LIMITED_JOBS / 20))}
+FLOW=${FLOW:-1}
+WINDOW=${WINDOW:-10}
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 
@@ -140,6 +147,18 @@ for round in $(seq 1 "$ROUNDS"); do
         peer river "river (max_workers 100, fetch cooldown 1 ms)" \
             river/target/release/pgqueuer-peer-river DSN "$JOBS" 100 1
     fi
+    if [ "$FLOW" = 1 ]; then
+        ours "pgqueuer-rs flow (1 producer x10, 16 threads x10)" flow \
+            PGQ_BENCH_FLOW=pgqueuer PGQ_BENCH_WINDOW="$WINDOW"
+        if wants graphile; then
+            peer graphile "graphile-worker flow (concurrentJobs 64, maxPoolSize 20, localQueue 2000)" \
+                node graphile-worker/flow.mjs DSN "$WINDOW" 64 20 2000
+        fi
+        if wants pgboss; then
+            peer pgboss "pg-boss flow (batchSize 500, localConcurrency 4, max 8)" \
+                node pg-boss/flow.mjs DSN "$WINDOW" 500 4 8
+        fi
+    fi
     if [ "$LATENCY" = 1 ]; then
         ours "pgqueuer-rs latency (4 threads)" latency
         if wants graphile; then
@@ -153,6 +172,10 @@ for round in $(seq 1 "$ROUNDS"); do
         if wants graphile; then
             peer graphile "graphile-worker, one named queue ($GRAPHILE_LIMITED_JOBS jobs)" \
                 node graphile-worker/limited.mjs DSN "$GRAPHILE_LIMITED_JOBS" 16 10
+        fi
+        if wants pgboss; then
+            peer pgboss "pg-boss, one singleton queue ($PGBOSS_LIMITED_JOBS jobs)" \
+                node pg-boss/limited.mjs DSN "$PGBOSS_LIMITED_JOBS" 4 8
         fi
     fi
 done
@@ -207,6 +230,31 @@ for system in systems:
     settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
     print(f"| {system} {mine[0]['version']} | {settings}; {mine[0]['shape']} | {m:,.0f} "
           f"| {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us | |")
+
+flows = [r for r in rows if r.get("impl") == "rust" and r["shape"].startswith("flow")]
+if flows:
+    def backlog_of(note):
+        m = re.search(r"backlog after: ([0-9]+)", note)
+        return int(m.group(1)) if m else None
+    xs = [r["value"] for r in flows]
+    fo = statistics.median(xs)
+    print()
+    print("| system | settings | flow jobs/s (median) | rounds | backlog left (median) | ours / it | CPU per job: machine / its process |")
+    print("|---|---|---:|---|---:|---:|---|")
+    ours_backlog = statistics.median(b for b in map(backlog_of, (r["note"] for r in flows)) if b is not None)
+    print(f"| pgqueuer-rs | {flows[0]['shape']} | {fo:,.0f} | {', '.join(f'{x:,.0f}' for x in xs)} "
+          f"| {ours_backlog:,.0f} | 1.00x | {cpu_of([r['note'] for r in flows])} |")
+    for system in systems:
+        mine = [r for r in rows if r.get("system") == system and r["shape"].startswith("flow")]
+        if not mine:
+            continue
+        xs = [r["jobs_per_s"] for r in mine]
+        m = statistics.median(xs)
+        settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
+        cpu_m = statistics.median(r["cpu_per_job_us"]["machine"] for r in mine)
+        cpu_p = statistics.median(r["cpu_per_job_us"]["process"] for r in mine)
+        print(f"| {system} {mine[0]['version']} | {settings} | {m:,.0f} | {', '.join(f'{x:,.0f}' for x in xs)} "
+              f"| {statistics.median(r['backlog'] for r in mine):,.0f} | {fo / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us |")
 
 latency = {}
 for r in rows:

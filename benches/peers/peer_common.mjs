@@ -61,3 +61,49 @@ export function latencyReport(system, version, settings, shape, latencies) {
     latency_ms: { p50: at(0.5), p99: at(0.99) },
   }));
 }
+
+// The flow shape: `producer` (a script path and its arguments) runs in a process of its
+// own, enqueuing batches of 10 back to back, while this process's workers run; `ended`
+// counts handler calls. After a 2 s warm-up the calls inside `windowSecs` make the rate;
+// then the producer stops and `backlog()` counts what is still queued. Prints one JSON
+// line. The machine's CPU per job includes the producer's; the process's is the workers'.
+export async function flowRun(system, version, settings, producer, windowSecs, backlog) {
+  const { spawn } = await import("node:child_process");
+  let calls = 0;
+  const child = spawn(process.execPath, producer, { stdio: ["ignore", "ignore", "inherit"] });
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const measure = async () => {
+    await sleep(2000);
+    const c0 = calls;
+    const t0 = process.hrtime.bigint();
+    const cpu0 = cpu();
+    await sleep(windowSecs * 1000);
+    const c1 = calls;
+    const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+    const cpu1 = cpu();
+    child.kill("SIGTERM");
+    await exited;
+    const jobs = c1 - c0;
+    console.log(JSON.stringify({
+      system,
+      version,
+      settings,
+      shape: "flow (1 producer x10)",
+      jobs_per_s: jobs / secs,
+      backlog: await backlog(),
+      cpu_per_job_us: {
+        machine: ((cpu1.busy - cpu0.busy) / TICKS / jobs) * 1e6,
+        process: ((cpu1.own - cpu0.own) / TICKS / jobs) * 1e6,
+      },
+    }));
+  };
+  return { ended: (n = 1) => (calls += n), measure };
+}
+
+// A producer's loop: `enqueue()` (one batch of 10) back to back until SIGTERM.
+export async function produceUntilStopped(enqueue) {
+  let stop = false;
+  process.on("SIGTERM", () => (stop = true));
+  while (!stop) await enqueue();
+}
