@@ -31,3 +31,17 @@ export async function prepareDrain(conn, jobs, queueName = null) {
 export const errorsOnly = new Logger(() => (level, message) => {
   if (level === "error") console.error(message);
 });
+
+// The worker settings of the drain and the flow: concurrency, pool and local queue as
+// given, a 1 s poll (notifications wake it sooner) and no batching delay on completion.
+export function tunedWorker(conn, concurrentJobs, maxPoolSize, localQueueSize) {
+  return {
+    connectionString: conn,
+    concurrentJobs,
+    maxPoolSize,
+    pollInterval: 1000,
+    localQueue: { size: localQueueSize },
+    completeJobBatchDelay: 0,
+    failJobBatchDelay: 0,
+  };
+}

@@ -4,7 +4,7 @@
 // tables, one bulk insert, VACUUM ANALYZE.
 import { run } from "graphile-worker";
 import { drainClock, report } from "../peer_common.mjs";
-import { errorsOnly, prepareDrain } from "./common.mjs";
+import { errorsOnly, prepareDrain, tunedWorker } from "./common.mjs";
 
 const [conn, jobsArg, concArg, poolArg, queueArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 50000);
@@ -20,17 +20,7 @@ const runner = await run({
   taskList: {
     noop: async () => clock.ended(1),
   },
-  preset: {
-    worker: {
-      connectionString: conn,
-      concurrentJobs,
-      maxPoolSize,
-      pollInterval: 1000,
-      localQueue: { size: localQueueSize },
-      completeJobBatchDelay: 0,
-      failJobBatchDelay: 0,
-    },
-  },
+  preset: { worker: tunedWorker(conn, concurrentJobs, maxPoolSize, localQueueSize) },
   logger: errorsOnly,
 });
 const measured = await clock.finished;

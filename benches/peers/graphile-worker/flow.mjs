@@ -7,7 +7,7 @@
 import { run } from "graphile-worker";
 import pg from "pg";
 import { flowRun, produceUntilStopped } from "../peer_common.mjs";
-import { errorsOnly, migrate } from "./common.mjs";
+import { errorsOnly, migrate, tunedWorker } from "./common.mjs";
 
 const ADD_TEN = `SELECT graphile_worker.add_jobs(array(
   SELECT ROW('noop', json_build_object('i', i), NULL, NULL, NULL, NULL, NULL, NULL)::graphile_worker.job_spec
@@ -40,17 +40,7 @@ const flow = await flowRun(
 const runner = await run({
   noHandleSignals: true,
   taskList: { noop: async () => flow.ended(1) },
-  preset: {
-    worker: {
-      connectionString: conn,
-      concurrentJobs,
-      maxPoolSize,
-      pollInterval: 1000,
-      localQueue: { size: localQueueSize },
-      completeJobBatchDelay: 0,
-      failJobBatchDelay: 0,
-    },
-  },
+  preset: { worker: tunedWorker(conn, concurrentJobs, maxPoolSize, localQueueSize) },
   logger: errorsOnly,
 });
 await flow.measure();
