@@ -154,20 +154,12 @@ impl Dispatcher<'_> {
             self.doorbell.take(Wake::Resync);
             self.doorbell.take(Wake::Written);
             self.doorbell.take(Wake::Outcomes);
-            // With every executor idle, one wakes while the claim is out (see `Handoff`).
-            let primed = self.idle.idle_threads() == config.threads;
-            if primed {
-                self.handoff.prime();
-            }
             let claimed = self.claim(&mut conn, take, true);
             let n = claimed.as_ref().map_or(0, |c| c.jobs.len());
             let claimed = claimed.map(|mut claim| {
                 self.start(std::mem::take(&mut claim.jobs));
                 claim
             });
-            if primed {
-                self.handoff.claim_done();
-            }
             let claim = match claimed {
                 Ok(claim) => claim,
                 Err(e) if e.is_pooler_mismatch() => {

@@ -239,10 +239,11 @@ impl Idle {
 /// good part of a short job). No job waits for a wake that never comes: an executor back
 /// from a job takes the next waiting one before it sleeps.
 ///
-/// On an idle worker the wake is what a job's start latency is made of: the dispatcher
-/// then wakes one executor as its claim goes out ([`Handoff::prime`]), and that executor
-/// waits awake until the claim is back ([`Handoff::take_primed`]): the claim's round trip
-/// and the executor's wake overlap instead of following each other.
+/// On an idle worker that wake (about 60 µs on a 2-vCPU VM) is the part of a job's start
+/// latency the hand-off adds. Waking an executor as the claim goes out and letting it
+/// wait awake for the jobs was tried: it took the core PostgreSQL needed for the claim,
+/// and the tail and the 200 jobs/s latency grew more than the median shrank (see the
+/// CHANGELOG).
 pub(crate) struct Handoff {
     jobs_tx: Sender<Job>,
     jobs_rx: Receiver<Job>,
@@ -251,14 +252,7 @@ pub(crate) struct Handoff {
     /// A wake token is on its way to an idle executor that has not yet come round; while
     /// it is, takers send no more (each token wakes a thread).
     waking: AtomicBool,
-    /// A claim is out for which an executor was primed.
-    claiming: AtomicBool,
-    /// Executors waiting awake for the claim's jobs: a push then wakes nobody.
-    primed: AtomicUsize,
 }
-
-/// Longest a primed executor waits awake, should the claim take longer.
-const PRIMED_AT_MOST: Duration = Duration::from_millis(5);
 
 impl Handoff {
     pub(crate) fn new(threads: usize) -> Handoff {
@@ -270,41 +264,7 @@ impl Handoff {
             wake_tx,
             wake_rx,
             waking: AtomicBool::new(false),
-            claiming: AtomicBool::new(false),
-            primed: AtomicUsize::new(0),
         }
-    }
-
-    /// A claim goes out on an idle worker: wakes an executor to wait awake for its jobs.
-    pub(crate) fn prime(&self) {
-        self.claiming.store(true, Ordering::SeqCst);
-        self.wake_one();
-    }
-
-    /// The primed claim is back (its jobs, if any, pushed).
-    pub(crate) fn claim_done(&self) {
-        self.claiming.store(false, Ordering::SeqCst);
-    }
-
-    /// For an executor just woken: while a primed claim is out, waits awake for one of
-    /// its jobs (yielding the core), then takes what is there.
-    pub(crate) fn take_primed(&self) -> Option<Job> {
-        if !self.claiming.load(Ordering::SeqCst) {
-            return self.take();
-        }
-        self.primed.fetch_add(1, Ordering::SeqCst);
-        let until = Instant::now() + PRIMED_AT_MOST;
-        let mut job = None;
-        while job.is_none() && self.claiming.load(Ordering::SeqCst) && Instant::now() < until {
-            job = self.take();
-            if job.is_none() {
-                std::thread::yield_now();
-            }
-        }
-        // After the count drops, a push wakes someone; what was pushed before is taken
-        // here.
-        self.primed.fetch_sub(1, Ordering::SeqCst);
-        job.or_else(|| self.take())
     }
 
     /// Queues claimed jobs and wakes one idle executor for them.
@@ -316,9 +276,7 @@ impl Handoff {
             // Cannot fail: this struct holds a receiver.
             let _ = self.jobs_tx.send(job);
         }
-        if self.primed.load(Ordering::SeqCst) == 0 {
-            self.wake_one();
-        }
+        self.wake_one();
     }
 
     /// A waiting job, if any; wakes one more idle executor when others still wait.
