@@ -142,9 +142,6 @@ impl Dispatcher<'_> {
                 self.doorbell.take(Wake::Written);
                 continue;
             }
-            // With every executor idle, one wakes while the claim is out (see `Handoff`).
-            // Read before the reservation, which counts the claim's jobs as promised.
-            let primed = self.idle.idle_threads() == config.threads;
             let take = self
                 .idle
                 .reserve(config.batch_size.min(free.unwrap_or(usize::MAX)));
@@ -157,18 +154,12 @@ impl Dispatcher<'_> {
             self.doorbell.take(Wake::Resync);
             self.doorbell.take(Wake::Written);
             self.doorbell.take(Wake::Outcomes);
-            if primed {
-                self.handoff.prime();
-            }
             let claimed = self.claim(&mut conn, take, true);
             let n = claimed.as_ref().map_or(0, |c| c.jobs.len());
             let claimed = claimed.map(|mut claim| {
                 self.start(std::mem::take(&mut claim.jobs));
                 claim
             });
-            if primed {
-                self.handoff.claim_done();
-            }
             let claim = match claimed {
                 Ok(claim) => claim,
                 Err(e) if e.is_pooler_mismatch() => {

@@ -70,9 +70,6 @@ impl Executor<'_> {
             if !self.handoff.wait(self.dispatching) {
                 break;
             }
-            if let Some(job) = self.handoff.take_primed() {
-                self.execute(&job, &mut rng);
-            }
         }
         // Jobs handed over just before the dispatcher stopped still run.
         while let Some(job) = self.handoff.take() {

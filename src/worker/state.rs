@@ -239,13 +239,11 @@ impl Idle {
 /// good part of a short job). No job waits for a wake that never comes: an executor back
 /// from a job takes the next waiting one before it sleeps.
 ///
-/// On an idle worker the wake is what the hand-off adds to a job's start latency (about
-/// 60 µs on a 2-vCPU VM), so the dispatcher wakes one executor as its claim goes out
-/// ([`Handoff::prime`]). That executor sleeps until shortly before the claim is expected
-/// back (a running average of primed claims' round trips, less [`AWAKE_BEFORE`]), then
-/// waits awake ([`Handoff::take_primed`]): its wake-up overlaps the claim's round trip.
-/// Waiting awake through the whole round trip took the core PostgreSQL needed for the
-/// claim (idle p99 1.6x, 200 jobs/s median 1.16x against a worker that did not prime).
+/// On an idle worker that wake (about 60 µs on a 2-vCPU VM) is the part of a job's start
+/// latency the hand-off adds. Waking an executor as the claim goes out and letting it
+/// wait awake for the jobs was tried: it took the core PostgreSQL needed for the claim,
+/// and the tail and the 200 jobs/s latency grew more than the median shrank (see the
+/// CHANGELOG).
 pub(crate) struct Handoff {
     jobs_tx: Sender<Job>,
     jobs_rx: Receiver<Job>,
@@ -254,23 +252,7 @@ pub(crate) struct Handoff {
     /// A wake token is on its way to an idle executor that has not yet come round; while
     /// it is, takers send no more (each token wakes a thread).
     waking: AtomicBool,
-    /// A claim is out for which an executor was primed.
-    claiming: AtomicBool,
-    /// Executors waiting awake for the claim's jobs: a push then wakes nobody.
-    primed: AtomicUsize,
-    /// When the primed claim went out, in ns since `epoch`.
-    sent_ns: AtomicU64,
-    /// A running average of primed claims' round trips, in ns (0 before the first).
-    rtt_ns: AtomicU64,
-    epoch: Instant,
 }
-
-/// How long before a primed claim is expected back its executor stops sleeping: more than
-/// a sleeping thread's wake-up, so that the executor is awake when the jobs arrive.
-const AWAKE_BEFORE: Duration = Duration::from_micros(200);
-
-/// Longest a primed executor waits awake, should the claim take longer.
-const PRIMED_AT_MOST: Duration = Duration::from_millis(5);
 
 impl Handoff {
     pub(crate) fn new(threads: usize) -> Handoff {
@@ -282,72 +264,7 @@ impl Handoff {
             wake_tx,
             wake_rx,
             waking: AtomicBool::new(false),
-            claiming: AtomicBool::new(false),
-            primed: AtomicUsize::new(0),
-            sent_ns: AtomicU64::new(0),
-            rtt_ns: AtomicU64::new(0),
-            epoch: Instant::now(),
         }
-    }
-
-    /// A claim goes out on an idle worker: wakes an executor to wait awake for its jobs.
-    pub(crate) fn prime(&self) {
-        self.sent_ns.store(self.now_ns(), Ordering::SeqCst);
-        self.claiming.store(true, Ordering::SeqCst);
-        self.wake_one();
-    }
-
-    /// The primed claim is back (its jobs, if any, pushed): its round trip goes into the
-    /// average the next primed executor sleeps by.
-    pub(crate) fn claim_done(&self) {
-        let rtt = self
-            .now_ns()
-            .saturating_sub(self.sent_ns.load(Ordering::SeqCst));
-        let old = self.rtt_ns.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            rtt
-        } else {
-            old - old / 8 + rtt / 8
-        };
-        self.rtt_ns.store(new, Ordering::Relaxed);
-        self.claiming.store(false, Ordering::SeqCst);
-    }
-
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// For an executor just woken: while a primed claim is out, sleeps until
-    /// [`AWAKE_BEFORE`] before it is expected back (a push meanwhile wakes this thread as
-    /// any other), then waits awake for one of its jobs (yielding the core), then takes
-    /// what is there.
-    pub(crate) fn take_primed(&self) -> Option<Job> {
-        if !self.claiming.load(Ordering::SeqCst) {
-            return self.take();
-        }
-        let awake_at = Duration::from_nanos(
-            (self.sent_ns.load(Ordering::SeqCst) + self.rtt_ns.load(Ordering::Relaxed))
-                .saturating_sub(u64::try_from(AWAKE_BEFORE.as_nanos()).unwrap_or(0)),
-        );
-        if let Some(nap) = awake_at.checked_sub(self.epoch.elapsed())
-            && self.wake_rx.recv_timeout(nap).is_ok()
-        {
-            self.waking.store(false, Ordering::SeqCst);
-            return self.take();
-        }
-        self.primed.fetch_add(1, Ordering::SeqCst);
-        let until = Instant::now() + PRIMED_AT_MOST;
-        let mut job = None;
-        while job.is_none() && self.claiming.load(Ordering::SeqCst) && Instant::now() < until {
-            job = self.take();
-            if job.is_none() {
-                std::thread::yield_now();
-            }
-        }
-        // After the count drops, a push wakes someone; what was pushed before is taken
-        // here.
-        self.primed.fetch_sub(1, Ordering::SeqCst);
-        job.or_else(|| self.take())
     }
 
     /// Queues claimed jobs and wakes one idle executor for them.
@@ -359,9 +276,7 @@ impl Handoff {
             // Cannot fail: this struct holds a receiver.
             let _ = self.jobs_tx.send(job);
         }
-        if self.primed.load(Ordering::SeqCst) == 0 {
-            self.wake_one();
-        }
+        self.wake_one();
     }
 
     /// A waiting job, if any; wakes one more idle executor when others still wait.
