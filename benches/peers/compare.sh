@@ -25,7 +25,8 @@
 # graphile-worker and pg-boss from npm (`npm ci` on their lock files; Node.js must be on
 # the PATH; pg-boss 12 asks for Node 22 and runs this driver on Node 20), Procrastinate
 # and Oban from PyPI (pinned requirements files, in venvs made with uv, which fetches the
-# Python 3.12 that Oban needs where no pyenv install of it is found), River from crates.io (its own Cargo.lock).
+# Python 3.12 that Oban needs where no pyenv install of it is found), River from
+# crates.io (its own Cargo.lock).
 set -euo pipefail
 cd "$(dirname "$0")"
 HERE=$(pwd)
@@ -200,6 +201,18 @@ def wal_of(notes):
     return median_pair(notes, r"WAL/job ([0-9.]+) B, ([0-9.]+) records",
                        lambda b, r: f"{b:,.0f} B, {r:.1f}")
 
+def rounds(xs):
+    return ", ".join(f"{x:,.0f}" for x in xs)
+
+def settings_of(row):
+    return ", ".join(f"{k} {v}" for k, v in row["settings"].items())
+
+def peer_cpu(mine):
+    """A peer's median CPU per job, machine and its process."""
+    m = statistics.median(r["cpu_per_job_us"]["machine"] for r in mine)
+    p = statistics.median(r["cpu_per_job_us"]["process"] for r in mine)
+    return f"{m:.0f} us / {p:.0f} us"
+
 ours = {}
 for r in rows:
     if r.get("impl") == "rust" and (r["shape"].startswith("drain") or r["shape"].startswith("floor")):
@@ -213,7 +226,7 @@ for shape, mine in ours.items():
     m = statistics.median(xs)
     name = "pgqueuer-rs" if shape.startswith("drain") else "PgQueuer's schema alone"
     notes = [r["note"] for r in mine]
-    print(f"| {name} | {shape} | {m:,.0f} | {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x "
+    print(f"| {name} | {shape} | {m:,.0f} | {rounds(xs)} | {o / m:.2f}x "
           f"| {cpu_of(notes)} | {wal_of(notes)} |")
 systems = []
 for r in rows:
@@ -225,11 +238,8 @@ for system in systems:
         continue
     xs = [r["jobs_per_s"] for r in mine]
     m = statistics.median(xs)
-    cpu_m = statistics.median(r["cpu_per_job_us"]["machine"] for r in mine)
-    cpu_p = statistics.median(r["cpu_per_job_us"]["process"] for r in mine)
-    settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
-    print(f"| {system} {mine[0]['version']} | {settings}; {mine[0]['shape']} | {m:,.0f} "
-          f"| {', '.join(f'{x:,.0f}' for x in xs)} | {o / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us | |")
+    print(f"| {system} {mine[0]['version']} | {settings_of(mine[0])}; {mine[0]['shape']} | {m:,.0f} "
+          f"| {rounds(xs)} | {o / m:.2f}x | {peer_cpu(mine)} | |")
 
 flows = [r for r in rows if r.get("impl") == "rust" and r["shape"].startswith("flow")]
 if flows:
@@ -242,7 +252,7 @@ if flows:
     print("| system | settings | flow jobs/s (median) | rounds | backlog left (median) | ours / it | CPU per job: machine / its process |")
     print("|---|---|---:|---|---:|---:|---|")
     ours_backlog = statistics.median(b for b in map(backlog_of, (r["note"] for r in flows)) if b is not None)
-    print(f"| pgqueuer-rs | {flows[0]['shape']} | {fo:,.0f} | {', '.join(f'{x:,.0f}' for x in xs)} "
+    print(f"| pgqueuer-rs | {flows[0]['shape']} | {fo:,.0f} | {rounds(xs)} "
           f"| {ours_backlog:,.0f} | 1.00x | {cpu_of([r['note'] for r in flows])} |")
     for system in systems:
         mine = [r for r in rows if r.get("system") == system and r["shape"].startswith("flow")]
@@ -250,11 +260,8 @@ if flows:
             continue
         xs = [r["jobs_per_s"] for r in mine]
         m = statistics.median(xs)
-        settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
-        cpu_m = statistics.median(r["cpu_per_job_us"]["machine"] for r in mine)
-        cpu_p = statistics.median(r["cpu_per_job_us"]["process"] for r in mine)
-        print(f"| {system} {mine[0]['version']} | {settings} | {m:,.0f} | {', '.join(f'{x:,.0f}' for x in xs)} "
-              f"| {statistics.median(r['backlog'] for r in mine):,.0f} | {fo / m:.2f}x | {cpu_m:.0f} us / {cpu_p:.0f} us |")
+        print(f"| {system} {mine[0]['version']} | {settings_of(mine[0])} | {m:,.0f} | {rounds(xs)} "
+              f"| {statistics.median(r['backlog'] for r in mine):,.0f} | {fo / m:.2f}x | {peer_cpu(mine)} |")
 
 latency = {}
 for r in rows:
@@ -263,8 +270,7 @@ for r in rows:
         latency.setdefault(("pgqueuer-rs", "4 threads"), {}).setdefault((shape, stat), []).append(r["value"])
     elif "latency_ms" in r:
         shape = r["shape"].split(" (")[0]
-        settings = ", ".join(f"{k} {v}" for k, v in r["settings"].items())
-        key = (f"{r['system']} {r['version']}", settings)
+        key = (f"{r['system']} {r['version']}", settings_of(r))
         for stat, label in (("p50", "median"), ("p99", "p99")):
             latency.setdefault(key, {}).setdefault((shape, label), []).append(r["latency_ms"][stat])
 if latency:
@@ -279,9 +285,6 @@ if latency:
 limited = [r for r in rows if r.get("impl") == "rust" and r["shape"].startswith("limits drain")]
 theirs = [r for r in rows if r.get("shape", "").startswith("limited drain")]
 
-def rounds(xs):
-    return ", ".join(f"{x:,.0f}" for x in xs)
-
 if limited:
     xs = [r["value"] for r in limited]
     lo = statistics.median(xs)
@@ -293,6 +296,5 @@ if limited:
         mine = [r for r in theirs if r["system"] == system]
         xs = [r["jobs_per_s"] for r in mine]
         m = statistics.median(xs)
-        settings = ", ".join(f"{k} {v}" for k, v in mine[0]["settings"].items())
-        print(f"| {system} {mine[0]['version']} | {settings} | {m:,.0f} | {rounds(xs)} | {lo / m:.2f}x |")
+        print(f"| {system} {mine[0]['version']} | {settings_of(mine[0])} | {m:,.0f} | {rounds(xs)} | {lo / m:.2f}x |")
 PY

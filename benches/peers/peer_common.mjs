@@ -32,6 +32,14 @@ export function drainClock(jobs) {
   };
 }
 
+// Machine and process CPU per job, in µs, between two `cpu()` readings.
+function cpuPerJob(c0, c1, jobs) {
+  return {
+    machine: ((c1.busy - c0.busy) / TICKS / jobs) * 1e6,
+    process: ((c1.own - c0.own) / TICKS / jobs) * 1e6,
+  };
+}
+
 // Prints the driver's result in the format compare.sh reads; `run` is what
 // `drainClock(jobs).finished` resolved with.
 export function report(system, version, settings, jobs, run, shape = `drain ${jobs}`) {
@@ -42,10 +50,7 @@ export function report(system, version, settings, jobs, run, shape = `drain ${jo
     settings,
     shape,
     jobs_per_s: jobs / secs,
-    cpu_per_job_us: {
-      machine: ((c1.busy - c0.busy) / TICKS / jobs) * 1e6,
-      process: ((c1.own - c0.own) / TICKS / jobs) * 1e6,
-    },
+    cpu_per_job_us: cpuPerJob(c0, c1, jobs),
   }));
 }
 
@@ -92,10 +97,7 @@ export async function flowRun(system, version, settings, producer, windowSecs, b
       shape: "flow (1 producer x10)",
       jobs_per_s: jobs / secs,
       backlog: await backlog(),
-      cpu_per_job_us: {
-        machine: ((cpu1.busy - cpu0.busy) / TICKS / jobs) * 1e6,
-        process: ((cpu1.own - cpu0.own) / TICKS / jobs) * 1e6,
-      },
+      cpu_per_job_us: cpuPerJob(cpu0, cpu1, jobs),
     }));
   };
   return { ended: (n = 1) => (calls += n), measure };

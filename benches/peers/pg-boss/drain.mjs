@@ -3,9 +3,8 @@
 // The database is prepared as for every system: schema installed, CHECKPOINT on empty
 // tables, one bulk insert, VACUUM ANALYZE. The worker polls every 0.5 s (pg-boss's
 // shortest) and fetches back to back while fetches come back full (burstWhenBatchFull).
-import { PgBoss } from "pg-boss";
-import pg from "pg";
 import { drainClock, report } from "../peer_common.mjs";
+import { prepareDrain, startBoss } from "./common.mjs";
 
 const [conn, jobsArg, batchArg, concArg, maxArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 50000);
@@ -13,20 +12,9 @@ const batchSize = Number(batchArg ?? 500);
 const localConcurrency = Number(concArg ?? 4);
 const max = Number(maxArg ?? 8);
 
-const boss = new PgBoss({ connectionString: conn, max, supervise: false, schedule: false });
-boss.on("error", (e) => console.error(e));
-await boss.start();
+const boss = await startBoss(conn, max);
 await boss.createQueue("noop");
-const client = new pg.Client({ connectionString: conn });
-await client.connect();
-await client.query("CHECKPOINT");
-const chunk = 5000;
-for (let i = 0; i < jobs; i += chunk) {
-  const n = Math.min(chunk, jobs - i);
-  await boss.insert("noop", Array.from({ length: n }, (_, k) => ({ data: { i: i + k } })));
-}
-await client.query("VACUUM ANALYZE");
-await client.end();
+await prepareDrain(boss, conn, "noop", jobs);
 
 const clock = drainClock(jobs);
 await boss.work(

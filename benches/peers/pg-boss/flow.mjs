@@ -4,16 +4,12 @@
 // settings.
 // Usage: node flow.mjs <connection string> [window s] [batchSize] [localConcurrency] [max]
 //        node flow.mjs --produce <connection string>
-import { PgBoss } from "pg-boss";
 import pg from "pg";
 import { flowRun, produceUntilStopped } from "../peer_common.mjs";
-
-const options = (conn, max) => ({ connectionString: conn, max, supervise: false, schedule: false });
+import { startBoss } from "./common.mjs";
 
 if (process.argv[2] === "--produce") {
-  const boss = new PgBoss(options(process.argv[3], 2));
-  boss.on("error", (e) => console.error(e));
-  await boss.start();
+  const boss = await startBoss(process.argv[3], 2);
   let i = 0;
   await produceUntilStopped(() => boss.insert("noop", Array.from({ length: 10 }, () => ({ data: { i: i++ } }))));
   await boss.stop({ graceful: false, wait: true });
@@ -26,9 +22,7 @@ const batchSize = Number(batchArg ?? 500);
 const localConcurrency = Number(concArg ?? 4);
 const max = Number(maxArg ?? 8);
 
-const boss = new PgBoss(options(conn, max));
-boss.on("error", (e) => console.error(e));
-await boss.start();
+const boss = await startBoss(conn, max);
 await boss.createQueue("noop");
 const admin = new pg.Client({ connectionString: conn });
 await admin.connect();

@@ -3,25 +3,17 @@
 // counterpart of our concurrency limit 1. Prints one JSON line. The database is prepared
 // as in drain.mjs; the worker fetches one job at a time, again at once after each.
 // Usage: node limited.mjs <connection string> [jobs] [localConcurrency] [max]
-import { PgBoss } from "pg-boss";
-import pg from "pg";
 import { drainClock, report } from "../peer_common.mjs";
+import { prepareDrain, startBoss } from "./common.mjs";
 
 const [conn, jobsArg, concArg, maxArg] = process.argv.slice(2);
 const jobs = Number(jobsArg ?? 2000);
 const localConcurrency = Number(concArg ?? 4);
 const max = Number(maxArg ?? 8);
 
-const boss = new PgBoss({ connectionString: conn, max, supervise: false, schedule: false });
-boss.on("error", (e) => console.error(e));
-await boss.start();
+const boss = await startBoss(conn, max);
 await boss.createQueue("serial", { policy: "singleton" });
-const client = new pg.Client({ connectionString: conn });
-await client.connect();
-await client.query("CHECKPOINT");
-await boss.insert("serial", Array.from({ length: jobs }, (_, i) => ({ data: { i } })));
-await client.query("VACUUM ANALYZE");
-await client.end();
+await prepareDrain(boss, conn, "serial", jobs);
 
 const clock = drainClock(jobs);
 await boss.work(
