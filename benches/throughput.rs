@@ -7,7 +7,9 @@
 //! from the environment:
 //! - `PGQ_BENCH_WINDOW` seconds per flow measurement (default 10), after 2 s of warm-up;
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
-//!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and batch);
+//!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and, unless
+//!   `PGQ_BENCH_DRAIN_BATCH` says otherwise, as large a batch); `PGQ_BENCH_FLOOR_BATCH`
+//!   the floor's batch (default 128);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of
 //!   `flow,drain,floor,limits,limits-drain,latency,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
@@ -658,7 +660,8 @@ fn main() {
             let threads: usize = threads
                 .parse()
                 .expect("PGQ_BENCH_DRAIN_THREADS is a number");
-            drains = vec![(threads, threads)];
+            let batch = env_or("PGQ_BENCH_DRAIN_BATCH", threads);
+            drains = vec![(threads, batch)];
         }
         for (threads, batch) in drains {
             let (rate, note) = drain(&db, drain_jobs, threads, batch, 0);
@@ -696,15 +699,16 @@ fn main() {
         );
     }
     if wants("floor") {
+        let batch: i32 = env_or("PGQ_BENCH_FLOOR_BATCH", 128);
         for (lanes, log) in [(1, true), (2, true), (2, false)] {
-            let (rate, note) = floor(&db, drain_jobs, 128, lanes, log);
+            let (rate, note) = floor(&db, drain_jobs, batch, lanes, log);
             let what = if log {
                 "required writes"
             } else {
                 "without log rows"
             };
             record(
-                format!("floor {drain_jobs}: {what} ({lanes} conn, batch 128){durability}"),
+                format!("floor {drain_jobs}: {what} ({lanes} conn, batch {batch}){durability}"),
                 rate,
                 "jobs/s",
                 note,

@@ -296,7 +296,7 @@ impl WorkerBuilder {
         let (listen, poll_interval) = match conn.listen_target() {
             Some(listen) => (Some(listen), None),
             None => {
-                super::warn_always(format_args!(
+                super::state::warn_always(format_args!(
                     "pgqueuer worker: the pool goes through a transaction pooler, where \
                      LISTEN cannot work, and no listen_dsn is set (ConnectOptions::listen_dsn, \
                      PGQUEUER_LISTEN_DSN): polling every {:?} instead",

@@ -107,7 +107,7 @@ fn fire(due: &Due, heap: &mut BinaryHeap<Reverse<Due>>) {
         return;
     }
     if due.overrun {
-        super::warn_always(format_args!(
+        super::state::warn_always(format_args!(
             "job {} ({}) is still running {:?} after it started, {OVERRUN_WARNING} times its \
              timeout of {:?}: a handler cannot be stopped from outside, so its thread (and \
              its concurrency slot, if any) stay held until it returns; check \

@@ -235,7 +235,7 @@ impl Executor<'_> {
                 },
             };
         }
-        super::warn_always(format_args!(
+        super::state::warn_always(format_args!(
             "job {} ({}) failed: {}: {}",
             job.id, job.entrypoint, failure.type_name, failure.traceback
         ));

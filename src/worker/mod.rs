@@ -31,7 +31,7 @@ pub use entrypoint::{
     RetryPolicy,
 };
 pub use limits::LimitStats;
-pub use stats::{EntrypointStats, StatsHandle, TimingStats, WorkerStats};
+pub use stats::{EntrypointStats, RunSummary, StatsHandle, TimingStats, WorkerStats};
 
 use crate::connect::Pool;
 use crate::error::{Error, Result};
@@ -43,19 +43,6 @@ use dispatcher::{Dispatcher, SecondLane};
 use executor::Executor;
 use state::{Doorbell, Handoff, Idle, Running};
 use stats::Stats;
-
-/// What a run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunSummary {
-    /// Jobs whose handler returned `Ok`.
-    pub succeeded: u64,
-    /// Jobs that failed for good (`exception` or `failed`).
-    pub failed: u64,
-    /// Jobs put back in the queue to run again.
-    pub retried: u64,
-    /// Jobs cancelled while claimed or running.
-    pub cancelled: u64,
-}
 
 /// A worker: build it with [`Worker::builder`], then [`Worker::run`] it (blocking) or
 /// [`Worker::start`] it in the background.
@@ -197,7 +184,7 @@ impl Worker {
         // Each executor holds a sender: the helper threads learn from the disconnection
         // that no job can start or finish any more.
         let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);
-        if no_logger() {
+        if state::no_logger() {
             eprintln!(
                 "pgqueuer: no logger is installed, so the worker prints job failures here and \
                  nothing else; install one (for example `env_logger::init()`) to see its log"
@@ -294,21 +281,6 @@ impl Worker {
     }
 }
 
-/// True when no logger is installed: `log`'s max level is `Off`, as it is until a logger
-/// is set up (`env_logger::init()` and its kin raise it).
-fn no_logger() -> bool {
-    log::max_level() == log::LevelFilter::Off
-}
-
-/// Logs at `warn`, and with no logger installed prints to stderr as well, as Python's
-/// `logging` does with its last-resort handler: a failing handler must never go unseen.
-pub(crate) fn warn_always(message: std::fmt::Arguments<'_>) {
-    log::warn!("{message}");
-    if no_logger() {
-        eprintln!("pgqueuer: {message}");
-    }
-}
-
 /// Waits for shutdown, then, past the deadline, flags every held job as cancelled.
 fn enforce_deadline(
     config: &WorkerConfig,
@@ -397,6 +369,97 @@ impl Drop for RunningWorker {
             if let Ok(Err(e)) = thread.join() {
                 log::warn!("pgqueuer worker stopped with an error: {e}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod layering {
+    //! The worker's modules form a strict layering (see ARCHITECTURE.md): each depends only
+    //! on siblings, without a cycle, and not on this parent module's items (but for the
+    //! builder, which returns the `Worker` defined here), so a reader can follow any file
+    //! down and never back into a room already left.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// Every `super::NAME` a worker module mentions, per module.
+    fn references() -> BTreeMap<String, BTreeSet<String>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker");
+        let mut graph = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).expect("src/worker is readable") {
+            let path = entry.expect("a directory entry").path();
+            let module = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if module == "mod" || path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("a worker module is readable");
+            let mut used = BTreeSet::new();
+            for (at, _) in text.match_indices("super::") {
+                let rest = &text[at + "super::".len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '{')
+                    .collect();
+                // `use super::*` in a test module refers to its own file.
+                if !name.is_empty() && !rest.starts_with('*') {
+                    used.insert(name);
+                }
+            }
+            graph.insert(module, used);
+        }
+        graph
+    }
+
+    #[test]
+    fn worker_modules_use_only_siblings() {
+        let graph = references();
+        for (module, used) in &graph {
+            for name in used {
+                // The one parent item a child may name: the `Worker` the builder builds.
+                let builds_the_worker = module == "builder" && name == "Worker";
+                assert!(
+                    graph.contains_key(name) || builds_the_worker,
+                    "src/worker/{module}.rs uses `super::{name}`, which is not a sibling \
+                     module (a parent item, or a grouped import): move the item into the \
+                     module it belongs to and name that module"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn worker_modules_have_no_cycle() {
+        fn visit(
+            graph: &BTreeMap<String, BTreeSet<String>>,
+            module: &str,
+            path: &mut Vec<String>,
+            done: &mut BTreeSet<String>,
+        ) {
+            if let Some(at) = path.iter().position(|m| m == module) {
+                let cycle = path[at..].join(" -> ");
+                panic!("module cycle in src/worker: {cycle} -> {module}");
+            }
+            if done.contains(module) {
+                return;
+            }
+            path.push(module.to_owned());
+            for next in graph.get(module).into_iter().flatten() {
+                if graph.contains_key(next) {
+                    visit(graph, next, path, done);
+                }
+            }
+            path.pop();
+            done.insert(module.to_owned());
+        }
+        let graph = references();
+        assert!(
+            graph.len() >= 10,
+            "found only {} worker modules: is src/worker where the test looks?",
+            graph.len()
+        );
+        let mut done = BTreeSet::new();
+        for module in graph.keys() {
+            visit(&graph, module, &mut Vec::new(), &mut done);
         }
     }
 }

@@ -8,6 +8,7 @@
 //!   that starts them.
 //! - [`Running`]: the jobs this worker holds, with their cancel flags.
 //! - [`ConnSlot`]: a pool connection a thread keeps for its loop.
+//! - [`warn_always`]: a warning that reaches stderr even when no logger is installed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -529,6 +530,21 @@ impl Jitter {
 /// Sleeps for `d`, or less if shutdown comes first.
 pub(crate) fn sleep_unless_shutdown(shutdown: &ShutdownHandle, d: Duration) {
     let _ = shutdown.receiver().recv_timeout(d);
+}
+
+/// True when no logger is installed: `log`'s max level is `Off`, as it is until a logger
+/// is set up (`env_logger::init()` and its kin raise it).
+pub(crate) fn no_logger() -> bool {
+    log::max_level() == log::LevelFilter::Off
+}
+
+/// Logs at `warn`, and with no logger installed prints to stderr as well, as Python's
+/// `logging` does with its last-resort handler: a failing handler must never go unseen.
+pub(crate) fn warn_always(message: std::fmt::Arguments<'_>) {
+    log::warn!("{message}");
+    if no_logger() {
+        eprintln!("pgqueuer: {message}");
+    }
 }
 
 #[cfg(test)]

@@ -14,10 +14,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::RunSummary;
 use super::entrypoint::Registry;
 use super::limits::{LimitStats, LimitWatch};
 use crate::job::Status;
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Jobs whose handler returned `Ok`.
+    pub succeeded: u64,
+    /// Jobs that failed for good (`exception` or `failed`).
+    pub failed: u64,
+    /// Jobs put back in the queue to run again.
+    pub retried: u64,
+    /// Jobs cancelled while claimed or running.
+    pub cancelled: u64,
+}
 
 /// The metric names the `metrics` feature records (the README has them in a table).
 pub(crate) mod names {
