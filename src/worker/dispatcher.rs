@@ -407,10 +407,12 @@ impl Dispatcher<'_> {
     }
 
     /// The conditional reasons that end a quiet spell: written outcomes free slots where
-    /// slots are scarce; outcomes waiting to be folded are a reason to claim.
+    /// slots are scarce, and in a drain may be the last ones (the drain then ends as soon
+    /// as they are written, not at the spell's end); outcomes waiting to be folded are a
+    /// reason to claim.
     fn quiet_breakers(&self) -> Vec<Wake> {
         let mut wanted = Vec::with_capacity(2);
-        if self.config.slots_scarce {
+        if self.config.slots_scarce || self.drain {
             wanted.push(Wake::Written);
         }
         if self.config.fold_outcomes {
