@@ -240,11 +240,10 @@ impl Idle {
 /// good part of a short job). No job waits for a wake that never comes: an executor back
 /// from a job takes the next waiting one before it sleeps.
 ///
-/// On an idle worker that wake (about 60 µs on a 2-vCPU VM) is the part of a job's start
-/// latency the hand-off adds. Waking an executor as the claim goes out and letting it
-/// wait awake for the jobs was tried: it took the core PostgreSQL needed for the claim,
-/// and the tail and the 200 jobs/s latency grew more than the median shrank (see the
-/// CHANGELOG).
+/// On an idle worker that wake is the part of a job's start latency the hand-off adds.
+/// Waking an executor as the claim goes out, to wait for the jobs awake or half asleep,
+/// was tried and measured (see the CHANGELOG): awake, it took the core PostgreSQL needed
+/// for the claim, and no variant gained enough to keep.
 pub(crate) struct Handoff {
     jobs_tx: Sender<Job>,
     jobs_rx: Receiver<Job>,
