@@ -3,17 +3,18 @@
 //! batch ahead where no limit is at stake and handlers are short: see [`Idle`]), when a
 //! second claim connection pays, and hands the claimed jobs to the executors.
 //!
-//! It claims on one or two *lanes*, each a thread with a connection of its own. The
-//! primary lane claims whenever threads are free and claiming is not pointless: it keeps
-//! the quiet spells (after a claim that found nothing, no claim until something changes
-//! or the next deferred job is due), folds finished jobs' outcomes into its claims when
-//! the completer offers them ([`Outcomes::for_claim`]), and stops a drain. The second
-//! lane exists only for workers without concurrency limits, and claims only while claims
-//! come back as full batches: then the batch size, not idle threads, bounds them, and a
-//! second claim in flight runs while the first waits for its commit. (With idle threads
-//! as the bound, two claims would split them and pay two commits.) Two claims of a
-//! limited entrypoint in flight would compute the same free slots, so limited workers
-//! have one lane.
+//! It claims on one or two *lanes*, each with a connection of its own. The primary lane
+//! is run by whichever thread leads ([`Dispatcher::lead`], see `runner`), and its state
+//! moves with the lead ([`Lead`]). It claims whenever threads are free and claiming is
+//! not pointless: it keeps the quiet spells (after a claim that found nothing, no claim
+//! until something changes or the next deferred job is due), folds finished jobs'
+//! outcomes into its claims when the completer offers them ([`Outcomes::for_claim`]), and
+//! stops a drain. The second lane, a thread of its own, exists only for workers without
+//! concurrency limits, and claims only while claims come back as full batches: then the
+//! batch size, not idle threads, bounds them, and a second claim in flight runs while
+//! the first waits for its commit. (With idle threads as the bound, two claims would
+//! split them and pay two commits.) Two claims of a limited entrypoint in flight would
+//! compute the same free slots, so limited workers have one lane.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use super::state::{
 };
 use super::stats::{Lost, Stats};
 use crate::claim::{Claim, LostRace, NextWake};
+use crate::job::Job;
 use crate::shutdown::ShutdownHandle;
 
 /// Shortest idle wait when work is known to be queued but could not be claimed (limits
@@ -64,6 +66,30 @@ pub(crate) struct Dispatcher<'a> {
     /// An error no retry can fix (a transaction pooler the pool was not told about): the
     /// worker stops and `run()` returns it.
     pub(crate) fatal: std::sync::Mutex<Option<crate::Error>>,
+    /// The primary lane's state while no thread leads (see [`Dispatcher::take_lead`]).
+    pub(crate) lead_slot: std::sync::Mutex<Option<Lead<'a>>>,
+}
+
+/// The primary lane's own state. It moves with the lead: whichever thread leads runs the
+/// lane with it ([`Dispatcher::lead`]).
+pub(crate) struct Lead<'a> {
+    /// The lane's claim connection.
+    conn: ConnSlot<'a>,
+    rng: Jitter,
+    /// How long to wait after a failed claim.
+    backoff: Duration,
+    /// No claim is worth running before this unless the doorbell says something changed.
+    quiet_until: Option<Instant>,
+    /// The last claim filled every thread it reserved: more work is likely waiting.
+    last_full: bool,
+    /// A claim found due jobs it could not take: the limits, not the queue, are what
+    /// bounds claims until a slot comes free (new jobs do not end a quiet spell).
+    limit_full: bool,
+    /// Each entrypoint's limit, where every one has a limit ([`Dispatcher::free_slots`]).
+    slot_limits: Option<Vec<usize>>,
+    /// Held while the lane dispatches: its drop tells the threads that no job can be
+    /// handed over any more.
+    _dispatching: Sender<()>,
 }
 
 /// What the second lane waits on.
@@ -86,21 +112,40 @@ impl Default for SecondLane {
     }
 }
 
-impl Dispatcher<'_> {
-    /// The primary lane: runs until shutdown (or, draining, until the queue is empty).
-    pub(crate) fn run_primary(&self) {
+impl<'a> Dispatcher<'a> {
+    /// The primary lane's first state, holding `dispatching` until the lane stops. Whoever
+    /// leads first takes it from the lead slot.
+    pub(crate) fn first_lead(&self, dispatching: Sender<()>) {
+        let lead = Lead {
+            conn: ConnSlot::new(&self.config.pool),
+            rng: Jitter::new(0),
+            backoff: Duration::from_millis(50),
+            quiet_until: None,
+            last_full: false,
+            limit_full: false,
+            slot_limits: self.slot_limits(),
+            _dispatching: dispatching,
+        };
+        *super::state::lock(&self.lead_slot) = Some(lead);
+    }
+
+    /// The lead, if no thread holds it. A thread looking for work takes it before any
+    /// job: a thread that took the lead runs no job until it gives the lead away.
+    pub(crate) fn take_lead(&self) -> Option<Lead<'a>> {
+        let lead = super::state::lock(&self.lead_slot).take()?;
+        if self.handoff.len() > 0 {
+            // The wake that brought this thread was meant for a job, perhaps.
+            self.handoff.wake_one();
+        }
+        Some(lead)
+    }
+
+    /// Runs the primary lane on this thread until a claim finds the worker idle: then the
+    /// lead waits in the slot for the next thread that looks for work, and this thread is
+    /// to run the job returned. `None` once dispatching has ended (shutdown, a finished
+    /// drain, a fatal error).
+    pub(crate) fn lead(&self, mut lead: Lead<'a>) -> Option<Job> {
         let config = self.config;
-        let mut conn = ConnSlot::new(&config.pool);
-        let mut rng = Jitter::new(0);
-        let mut backoff = Duration::from_millis(50);
-        // No claim is worth running before this unless the doorbell says something changed.
-        let mut quiet_until: Option<Instant> = None;
-        // The last claim filled every thread it reserved: more work is likely waiting.
-        let mut last_full = false;
-        // A claim found due jobs it could not take: the limits, not the queue, are what
-        // bounds claims until a slot comes free (new jobs do not end a quiet spell).
-        let mut limit_full = false;
-        let slot_limits = self.slot_limits();
         while !self.shutdown.is_shutdown() {
             let backlog = || self.running.len() >= config.threads + BACKLOG_LIMIT;
             if backlog() {
@@ -116,25 +161,26 @@ impl Dispatcher<'_> {
                 self.doorbell.want_threads(enough);
                 self.wait_while(&[Wake::ThreadFree], poll, || self.idle.room() < enough);
                 self.doorbell.take(Wake::ThreadFree);
-                if last_full {
+                if lead.last_full {
                     self.gather();
                 }
                 continue;
             }
-            if let Some(until) = quiet_until {
+            if let Some(until) = lead.quiet_until {
+                let limit_full = lead.limit_full;
                 if Instant::now() < until && !self.quiet_ends(limit_full) {
                     self.wait_while(&self.quiet_breakers(), until, || {
                         !self.quiet_ends(limit_full)
                     });
                     continue;
                 }
-                quiet_until = None;
+                lead.quiet_until = None;
             }
-            let free = slot_limits.as_deref().map(|l| self.free_slots(l));
+            let free = lead.slot_limits.as_deref().map(|l| self.free_slots(l));
             if free == Some(0) {
                 // This worker holds every slot: only its own jobs' ends free one.
                 let poll = Instant::now() + config.dequeue_timeout;
-                let limits = slot_limits.as_deref().unwrap_or_default();
+                let limits = lead.slot_limits.as_deref().unwrap_or_default();
                 self.wait_while(&[Wake::Outcomes, Wake::Written], poll, || {
                     self.free_slots(limits) == 0
                 });
@@ -154,13 +200,7 @@ impl Dispatcher<'_> {
             self.doorbell.take(Wake::Resync);
             self.doorbell.take(Wake::Written);
             self.doorbell.take(Wake::Outcomes);
-            let claimed = self.claim(&mut conn, take, true);
-            let n = claimed.as_ref().map_or(0, |c| c.jobs.len());
-            let claimed = claimed.map(|mut claim| {
-                self.start(std::mem::take(&mut claim.jobs));
-                claim
-            });
-            let claim = match claimed {
+            let mut claim = match self.claim(&mut lead.conn, take, true) {
                 Ok(claim) => claim,
                 Err(e) if e.is_pooler_mismatch() => {
                     log::error!("pgqueuer claim failed; stopping the worker: {e}");
@@ -169,32 +209,46 @@ impl Dispatcher<'_> {
                     break;
                 }
                 Err(e) => {
+                    let backoff = lead.backoff;
                     log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
                     sleep_unless_shutdown(self.shutdown, backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    lead.backoff = (backoff * 2).min(Duration::from_secs(5));
                     continue;
                 }
             };
-            backoff = Duration::from_millis(50);
-            last_full = n == take;
+            lead.backoff = Duration::from_millis(50);
+            let n = claim.jobs.len();
+            lead.last_full = n == take;
             if n > 0 {
-                limit_full = false;
+                lead.limit_full = false;
                 // A partial batch took everything due as of its snapshot (unless slots
                 // or locked rows were what it lacked): until something changes, another
                 // claim would find nothing. Deferred jobs are looked for again after the
                 // shortest idle wait.
                 if n < take && !claim.lost_race && !config.claimer.is_capacity_gated() {
-                    quiet_until = Some(Instant::now() + MIN_POLL);
+                    lead.quiet_until = Some(Instant::now() + MIN_POLL);
                 }
-                if self.second.batch_bound.load(Ordering::SeqCst) && self.room_for_a_claim() {
-                    let _ = self.second.wake_tx.try_send(());
+                let mut jobs = std::mem::take(&mut claim.jobs);
+                self.register(&jobs);
+                // On an idle worker nothing else would run meanwhile: rather than wake a
+                // thread for the first job (a wake-up on its way from enqueue to start),
+                // this thread runs it and the lead goes to the next free thread.
+                if self.idle.only(n) && self.handoff.start_own() {
+                    let first = jobs.remove(0);
+                    // Given away before any job is handed over, so that the first thread
+                    // to look for work takes the lead rather than a job.
+                    *super::state::lock(&self.lead_slot) = Some(lead);
+                    self.handoff.wake_one();
+                    self.hand_over(jobs);
+                    return Some(first);
                 }
+                self.hand_over(jobs);
                 continue;
             }
             log::trace!("empty claim (lost race: {})", claim.lost_race);
             if claim.lost_race {
                 // The winner has committed; claim again in a moment.
-                std::thread::sleep(rng.duration(Duration::from_micros(500)));
+                std::thread::sleep(lead.rng.duration(Duration::from_micros(500)));
                 continue;
             }
             let gated = config.claimer.is_capacity_gated();
@@ -212,7 +266,7 @@ impl Dispatcher<'_> {
             // worker going stale (its worker presumed dead) is a reason to look again
             // as much as a deferred job coming due.
             let next = match self.limits.claimer(&config.claimer) {
-                Some(claimer) => conn.run(|c| claimer.next_wake(c)).unwrap_or(NextWake {
+                Some(claimer) => lead.conn.run(|c| claimer.next_wake(c)).unwrap_or(NextWake {
                     queued: Some(MIN_POLL),
                     stale: None,
                 }),
@@ -225,8 +279,8 @@ impl Dispatcher<'_> {
             if gated {
                 // Due jobs that the claim did not take wait for slots: new jobs would not
                 // change that. Otherwise they might.
-                limit_full = next_due == Some(Duration::ZERO);
-                if !limit_full && arrived {
+                lead.limit_full = next_due == Some(Duration::ZERO);
+                if !lead.limit_full && arrived {
                     continue;
                 }
             }
@@ -237,7 +291,7 @@ impl Dispatcher<'_> {
                     break;
                 }
                 // Jobs are still running or being written: look again soon.
-                quiet_until = Some(Instant::now() + MIN_POLL);
+                lead.quiet_until = Some(Instant::now() + MIN_POLL);
                 continue;
             }
             // Without LISTEN (a transaction pooler and no listen DSN) nothing rings for
@@ -255,8 +309,9 @@ impl Dispatcher<'_> {
                     next_due.unwrap_or_default()
                 );
             }
-            quiet_until = Some(Instant::now() + wait);
+            lead.quiet_until = Some(Instant::now() + wait);
         }
+        None
     }
 
     /// With threads coming back from a full claim's jobs, waits up to [`GATHER`] for as
@@ -292,7 +347,10 @@ impl Dispatcher<'_> {
                     break;
                 }
                 match self.claim(&mut conn, take, false) {
-                    Ok(claim) => self.start(claim.jobs),
+                    Ok(claim) => {
+                        self.register(&claim.jobs);
+                        self.handoff.push(claim.jobs);
+                    }
                     Err(e) => {
                         log::warn!("pgqueuer claim failed on the second connection: {e}");
                         self.second.batch_bound.store(false, Ordering::SeqCst);
@@ -382,16 +440,21 @@ impl Dispatcher<'_> {
             .sum()
     }
 
-    /// Registers claimed jobs as held and hands them to the executors.
-    fn start(&self, jobs: Vec<crate::Job>) {
-        if jobs.is_empty() {
-            return;
+    /// Hands claimed jobs to the threads, and wakes the second lane if claims come back
+    /// full.
+    fn hand_over(&self, jobs: Vec<Job>) {
+        self.handoff.push(jobs);
+        if self.second.batch_bound.load(Ordering::SeqCst) && self.room_for_a_claim() {
+            let _ = self.second.wake_tx.try_send(());
         }
+    }
+
+    /// Registers claimed jobs as held, before any of them can start.
+    fn register(&self, jobs: &[Job]) {
         let registry = &self.config.registry;
-        self.running.add(&jobs, |name| {
+        self.running.add(jobs, |name| {
             registry.by_name.get(name).map_or(usize::MAX, |e| e.index)
         });
-        self.handoff.push(jobs);
     }
 
     /// True when something rang that ends a quiet spell: new jobs (unless the limits

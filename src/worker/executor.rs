@@ -1,17 +1,15 @@
-//! Executors: each thread takes a handed-over job, runs its handler (panics caught,
-//! cancellation seen through the job's flag) and hands the outcome to the completer.
-//! They claim nothing and write nothing themselves.
+//! Executing one job: run its handler (panics caught, cancellation seen through the job's
+//! flag), decide its outcome (with the retry policy) and hand it to the completer. No
+//! claim and no write happens here.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant, SystemTime};
-
-use crossbeam_channel::Receiver;
 
 use super::builder::WorkerConfig;
 use super::completer::{Outcomes, Requeue};
 use super::deadlines::{Armed, Deadlines};
 use super::entrypoint::{Context, Entrypoint, JobError, OnFailure};
-use super::state::{Doorbell, Handoff, Idle, Jitter, Running, Wake};
+use super::state::{Doorbell, Idle, Jitter, Running, Wake};
 use super::stats::Stats;
 use crate::claim::Outcome;
 use crate::error::chain;
@@ -19,17 +17,14 @@ use crate::job::{Job, Status};
 use crate::telemetry;
 use crate::time::{TimeStyle, format_time, python_timedelta};
 
-/// What one executor thread uses.
+/// What running a job uses; shared by every thread.
 pub(crate) struct Executor<'a> {
     pub(crate) config: &'a WorkerConfig,
-    pub(crate) handoff: &'a Handoff,
     pub(crate) idle: &'a Idle,
     pub(crate) doorbell: &'a Doorbell,
     pub(crate) running: &'a Running,
     pub(crate) outcomes: &'a Outcomes,
     pub(crate) stats: &'a Stats,
-    /// Disconnects once the dispatcher has stopped: no job can be handed over any more.
-    pub(crate) dispatching: &'a Receiver<()>,
     /// Where jobs with a timeout are registered (`None`: no entrypoint has one).
     pub(crate) deadlines: Option<&'a Deadlines>,
 }
@@ -59,26 +54,8 @@ impl Verdict {
 }
 
 impl Executor<'_> {
-    /// The loop of thread `index`: run handed-over jobs until the dispatcher has stopped
-    /// and none is left.
-    pub(crate) fn run(&self, index: usize) {
-        let mut rng = Jitter::new(index + 1);
-        loop {
-            while let Some(job) = self.handoff.take() {
-                self.execute(&job, &mut rng);
-            }
-            if !self.handoff.wait(self.dispatching) {
-                break;
-            }
-        }
-        // Jobs handed over just before the dispatcher stopped still run.
-        while let Some(job) = self.handoff.take() {
-            self.execute(&job, &mut rng);
-        }
-    }
-
-    /// Runs one job, reports its outcome and frees this thread.
-    fn execute(&self, job: &Job, rng: &mut Jitter) {
+    /// Runs one job, reports its outcome and frees its thread.
+    pub(crate) fn execute(&self, job: &Job, rng: &mut Jitter) {
         let started = Instant::now();
         match self.config.registry.by_name.get(&job.entrypoint) {
             Some(entry) => self.run_job(job, entry, rng),

@@ -5,7 +5,9 @@
 //! changes; the **dispatcher** claims as many jobs as executor threads are idle and hands
 //! them over; an **executor** runs each and hands its outcome to the **completer**, which
 //! writes it (or lets the dispatcher fold it into its next claim); the **heartbeat**
-//! thread keeps every held job fresh meanwhile. The shared pieces are in `state`.
+//! thread keeps every held job fresh meanwhile. The dispatcher's primary lane and the
+//! executors share one set of threads (`runner`): whichever thread leads claims, and on
+//! an idle worker runs the first job it claimed itself. The shared pieces are in `state`.
 
 mod builder;
 mod completer;
@@ -16,6 +18,7 @@ mod executor;
 mod heartbeat;
 mod limits;
 mod listener;
+mod runner;
 mod state;
 mod stats;
 
@@ -41,6 +44,7 @@ use completer::Outcomes;
 use deadlines::Deadlines;
 use dispatcher::{Dispatcher, SecondLane};
 use executor::Executor;
+use runner::Runner;
 use state::{Doorbell, Handoff, Idle, Running};
 use stats::Stats;
 
@@ -177,10 +181,21 @@ impl Worker {
             drain,
             second: SecondLane::default(),
             fatal: std::sync::Mutex::new(None),
+            lead_slot: std::sync::Mutex::new(None),
         };
-        // Each lane holds a sender: the executors learn from the disconnection that no job
+        let executor = Executor {
+            config,
+            idle: &idle,
+            doorbell: &doorbell,
+            running: &running,
+            outcomes: &outcomes,
+            stats,
+            deadlines: deadlines.as_ref(),
+        };
+        // Each lane holds a sender: the threads learn from the disconnection that no job
         // can be handed over any more.
         let (dispatching_tx, dispatching_rx) = crossbeam_channel::bounded::<()>(0);
+        dispatcher.first_lead(dispatching_tx.clone());
         // Each executor holds a sender: the helper threads learn from the disconnection
         // that no job can start or finish any more.
         let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);
@@ -199,42 +214,30 @@ impl Worker {
         let started = Instant::now();
         let panicked = std::thread::scope(|scope| {
             let mut handles = Vec::new();
-            for lane in 0..config.lanes {
+            if config.lanes > 1 {
                 let dispatcher = &dispatcher;
                 let dispatching = dispatching_tx.clone();
-                handles.push(spawn_named(
-                    scope,
-                    format!("pgqueuer-dispatch-{lane}"),
-                    move || {
-                        let _dispatching = dispatching;
-                        if lane == 0 {
-                            dispatcher.run_primary();
-                        } else {
-                            dispatcher.run_second();
-                        }
-                    },
-                ));
+                handles.push(spawn_named(scope, "pgqueuer-lane-1".into(), move || {
+                    let _dispatching = dispatching;
+                    dispatcher.run_second();
+                }));
             }
             drop(dispatching_tx);
-            for index in 0..config.threads {
-                let executor = Executor {
-                    config,
+            // One thread more than jobs run at once: the one that leads (see `runner`).
+            for index in 0..=config.threads {
+                let runner = Runner {
+                    dispatcher: &dispatcher,
+                    executor: &executor,
                     handoff: &handoff,
-                    idle: &idle,
-                    doorbell: &doorbell,
-                    running: &running,
-                    outcomes: &outcomes,
-                    stats,
                     dispatching: &dispatching_rx,
-                    deadlines: deadlines.as_ref(),
                 };
                 let alive = alive_tx.clone();
                 handles.push(spawn_named(
                     scope,
-                    format!("pgqueuer-exec-{index}"),
+                    format!("pgqueuer-run-{index}"),
                     move || {
                         let _alive = alive;
-                        executor.run(index);
+                        runner.run(index);
                     },
                 ));
             }

@@ -140,6 +140,8 @@ impl Doorbell {
 /// not a long one while another worker's threads sit idle.
 pub(crate) struct Idle {
     room: AtomicUsize,
+    /// The room when every thread is idle and no job waits: `threads + ahead`.
+    full: usize,
     ahead: usize,
     /// A running average of handler run times, in microseconds (`u64::MAX` before the
     /// first job ends: nothing is claimed ahead until handlers are known to be short).
@@ -155,6 +157,7 @@ impl Idle {
     pub(crate) fn new(threads: usize, ahead: usize) -> Idle {
         Idle {
             room: AtomicUsize::new(threads + ahead),
+            full: threads + ahead,
             ahead,
             recent_us: AtomicU64::new(u64::MAX),
         }
@@ -212,6 +215,13 @@ impl Idle {
         (self.ahead_now() + 1).min(batch).max(1)
     }
 
+    /// True when the `n` jobs of a claim just made are all the worker has: no other job
+    /// runs, waits for a thread or is reserved. (A concurrent reservation or a job still
+    /// running makes it false, never wrongly true.)
+    pub(crate) fn only(&self, n: usize) -> bool {
+        self.room.load(Ordering::SeqCst) + n == self.full
+    }
+
     /// Idle threads with no job waiting for them.
     pub(crate) fn idle_threads(&self) -> usize {
         self.room.load(Ordering::SeqCst).saturating_sub(self.ahead)
@@ -240,10 +250,9 @@ impl Idle {
 /// good part of a short job). No job waits for a wake that never comes: an executor back
 /// from a job takes the next waiting one before it sleeps.
 ///
-/// On an idle worker that wake is the part of a job's start latency the hand-off adds.
-/// Waking an executor as the claim goes out, to wait for the jobs awake or half asleep,
-/// was tried and measured (see the CHANGELOG): awake, it took the core PostgreSQL needed
-/// for the claim, and no variant gained enough to keep.
+/// Such a wake right after the claim's round trip is slow (the woken thread waits for a
+/// core that PostgreSQL's backend still holds), so on an idle worker the claiming thread
+/// runs the first job itself and hands over only the rest (see `runner`).
 pub(crate) struct Handoff {
     jobs_tx: Sender<Job>,
     jobs_rx: Receiver<Job>,
@@ -252,19 +261,42 @@ pub(crate) struct Handoff {
     /// A wake token is on its way to an idle executor that has not yet come round; while
     /// it is, takers send no more (each token wakes a thread).
     waking: AtomicBool,
+    /// Jobs being run now, never more than `threads`. The worker has one thread more
+    /// than `threads` (the one that leads), and a thread that has just given the lead
+    /// away runs its own job while the lead waits for another: this count, not the
+    /// number of threads, is what keeps the jobs run at once within `threads`.
+    running: AtomicUsize,
+    threads: usize,
 }
 
 impl Handoff {
+    /// A hand-off for `threads` jobs at once.
     pub(crate) fn new(threads: usize) -> Handoff {
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
-        let (wake_tx, wake_rx) = crossbeam_channel::bounded(threads.max(1));
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(threads + 1);
         Handoff {
             jobs_tx,
             jobs_rx,
             wake_tx,
             wake_rx,
             waking: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            threads: threads.max(1),
         }
+    }
+
+    /// Counts a job as running if fewer than `threads` are; false otherwise.
+    pub(crate) fn start_own(&self) -> bool {
+        self.running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.threads).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A job taken from here, or one a thread kept ([`Handoff::start_own`]), has ended.
+    pub(crate) fn finished(&self) {
+        self.running.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Queues claimed jobs and wakes one idle executor for them.
@@ -279,9 +311,18 @@ impl Handoff {
         self.wake_one();
     }
 
-    /// A waiting job, if any; wakes one more idle executor when others still wait.
+    /// A waiting job, if any and if fewer than `threads` jobs run (the job counts as
+    /// running until [`Handoff::finished`]); wakes one more idle thread when others still
+    /// wait.
     pub(crate) fn take(&self) -> Option<Job> {
-        let job = self.jobs_rx.try_recv().ok()?;
+        if !self.start_own() {
+            // Every permitted job runs; one of their threads takes this one when it ends.
+            return None;
+        }
+        let Ok(job) = self.jobs_rx.try_recv() else {
+            self.finished();
+            return None;
+        };
         if !self.jobs_rx.is_empty() {
             self.wake_one();
         }
@@ -293,7 +334,9 @@ impl Handoff {
         self.jobs_rx.len()
     }
 
-    fn wake_one(&self) {
+    /// Wakes one idle thread (unless a wake is already on its way to one): for jobs, or
+    /// for the lead (see `dispatcher`), which a woken thread looks for first.
+    pub(crate) fn wake_one(&self) {
         if !self.waking.swap(true, Ordering::SeqCst) {
             let _ = self.wake_tx.try_send(());
         }
@@ -550,6 +593,25 @@ pub(crate) fn warn_always(message: std::fmt::Arguments<'_>) {
 mod tests {
     use super::*;
 
+    fn test_job(id: JobId) -> Job {
+        Job {
+            id,
+            priority: 0,
+            queue_manager_id: None,
+            created: std::time::SystemTime::UNIX_EPOCH,
+            updated: std::time::SystemTime::UNIX_EPOCH,
+            heartbeat: std::time::SystemTime::UNIX_EPOCH,
+            execute_after: std::time::SystemTime::UNIX_EPOCH,
+            status: crate::job::Status::Picked,
+            entrypoint: "e".into(),
+            dedupe_key: None,
+            payload: None,
+            headers: None,
+            attempts: 0,
+            slot: None,
+        }
+    }
+
     #[test]
     fn jitter_stays_in_range() {
         let mut j = Jitter::new(3);
@@ -592,6 +654,35 @@ mod tests {
     }
 
     #[test]
+    fn only_a_claim_on_an_idle_worker_is_all_it_has() {
+        let idle = Idle::new(4, 2);
+        assert_eq!(idle.reserve(3), 3);
+        assert!(idle.only(3), "nothing else runs, waits or is reserved");
+        assert!(!idle.only(2), "a reserved job not in this claim");
+        idle.release(1);
+        assert_eq!(idle.reserve(1), 1);
+        assert!(!idle.only(1), "two other jobs are still reserved");
+    }
+
+    #[test]
+    fn no_more_jobs_run_at_once_than_threads() {
+        let handoff = Handoff::new(2);
+        handoff.push((1..=3).map(test_job).collect());
+        // The thread that gave the lead away runs its own job: one left for the others.
+        assert!(handoff.start_own());
+        assert_eq!(handoff.take().map(|j| j.id), Some(1));
+        assert!(handoff.take().is_none(), "a third job would run beside two");
+        assert!(!handoff.start_own());
+        assert_eq!(handoff.len(), 2, "the jobs not taken stay");
+        handoff.finished();
+        assert_eq!(handoff.take().map(|j| j.id), Some(2));
+        handoff.finished();
+        handoff.finished();
+        assert_eq!(handoff.take().map(|j| j.id), Some(3));
+        assert!(handoff.take().is_none());
+    }
+
+    #[test]
     fn the_doorbell_keeps_reasons_until_taken_and_rings_wanted_ones_only() {
         let bell = Doorbell::new();
         bell.ring_if_wanted(Wake::ThreadFree);
@@ -609,23 +700,7 @@ mod tests {
     fn handed_over_jobs_wake_one_thread_at_a_time() {
         let handoff = Handoff::new(4);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
-        let job = |id| Job {
-            id,
-            priority: 0,
-            queue_manager_id: None,
-            created: std::time::SystemTime::UNIX_EPOCH,
-            updated: std::time::SystemTime::UNIX_EPOCH,
-            heartbeat: std::time::SystemTime::UNIX_EPOCH,
-            execute_after: std::time::SystemTime::UNIX_EPOCH,
-            status: crate::job::Status::Picked,
-            entrypoint: "e".into(),
-            dedupe_key: None,
-            payload: None,
-            headers: None,
-            attempts: 0,
-            slot: None,
-        };
-        handoff.push(vec![job(1), job(2), job(3)]);
+        handoff.push(vec![test_job(1), test_job(2), test_job(3)]);
         // One token for the batch, not three.
         assert_eq!(handoff.wake_rx.len(), 1);
         assert!(handoff.wait(&done_rx));

@@ -65,7 +65,8 @@ fn pool_exhaustion_is_reported_and_the_worker_recovers() {
     let lines: Vec<String> = captured("claim failed")
         .into_iter()
         .filter(|l| {
-            l.starts_with("pgqueuer-dispatch") && l.contains("timed out waiting for connection")
+            // Logged by whichever worker thread leads (see src/worker/runner.rs).
+            l.starts_with("pgqueuer-") && l.contains("timed out waiting for connection")
         })
         .collect();
     eprintln!(

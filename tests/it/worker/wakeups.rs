@@ -111,3 +111,57 @@ fn a_deferred_job_starts_when_due_without_polling() {
     );
     worker.join().unwrap();
 }
+
+/// The thread that claims for an idle worker runs the first job itself and leaves the
+/// dispatcher's lane to the next free thread (see `src/worker/runner.rs`): the worker has
+/// one thread more than `threads`, yet never runs more jobs at once. Two threads, short
+/// jobs first (so that a batch is claimed ahead of free threads), then bursts of ten
+/// 20 ms jobs to the idle worker, each claimed at once: never more than two overlap,
+/// always two do, and every job runs once.
+#[test]
+fn the_claiming_thread_runs_a_job_without_exceeding_threads() {
+    let db = TestDb::new();
+    let pool = db.pool(4);
+    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let (now, peak, ran) = (now.clone(), peak.clone(), ran.clone());
+        Worker::builder(pool.clone())
+            .threads(2)
+            .batch_size(10)
+            .dequeue_timeout(Duration::from_secs(60))
+            .entrypoint("short", |_job, _ctx| Ok(()))
+            .entrypoint("burst", move |_job, _ctx| {
+                peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+                now.fetch_sub(1, Ordering::SeqCst);
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .build()
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    let queue = Queue::new(pool);
+    let short: Vec<NewJob> = (0..20).map(|_| NewJob::new("short", Vec::new())).collect();
+    queue.enqueue_many(&short).unwrap();
+    for round in 1..=5 {
+        std::thread::sleep(Duration::from_millis(300));
+        let burst: Vec<NewJob> = (0..10).map(|_| NewJob::new("burst", Vec::new())).collect();
+        queue.enqueue_many(&burst).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ran.load(Ordering::SeqCst) < round * 10 {
+            assert!(Instant::now() < deadline, "burst {round} did not finish");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let summary = worker.join().unwrap();
+    assert_eq!(summary.succeeded, 70);
+    assert_eq!(ran.load(Ordering::SeqCst), 50);
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "jobs at once beyond threads(2)"
+    );
+}
