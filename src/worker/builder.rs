@@ -113,7 +113,8 @@ impl WorkerBuilder {
     /// [`WorkerBuilder::batch_size`]).
     ///
     /// Threads are cheap (the worker holds a fixed few pool connections whatever their
-    /// number). PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)`
+    /// number). The worker starts one thread more than this: the one that claims, which
+    /// runs a job itself only when another thread takes over claiming. PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)`
     /// and `batch_size(batch)`: each of its jobs runs as a task of its own.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {

@@ -7,7 +7,7 @@
 //! writes it (or lets the dispatcher fold it into its next claim); the **heartbeat**
 //! thread keeps every held job fresh meanwhile. The dispatcher's primary lane and the
 //! executors share one set of threads (`runner`): whichever thread leads claims, and on
-//! an idle worker runs the first job it claimed itself. The shared pieces are in `state`.
+//! an idle worker runs a lone job it claimed itself. The shared pieces are in `state`.
 
 mod builder;
 mod completer;

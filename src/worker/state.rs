@@ -251,8 +251,8 @@ impl Idle {
 /// from a job takes the next waiting one before it sleeps.
 ///
 /// Such a wake right after the claim's round trip is slow (the woken thread waits for a
-/// core that PostgreSQL's backend still holds), so on an idle worker the claiming thread
-/// runs the first job itself and hands over only the rest (see `runner`).
+/// core that PostgreSQL's backend still holds), so a lone job claimed by an idle worker
+/// is run by the claiming thread instead (see `runner`).
 pub(crate) struct Handoff {
     jobs_tx: Sender<Job>,
     jobs_rx: Receiver<Job>,
