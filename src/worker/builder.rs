@@ -114,8 +114,9 @@ impl WorkerBuilder {
     ///
     /// Threads are cheap (the worker holds a fixed few pool connections whatever their
     /// number). The worker starts one thread more than this: the one that claims, which
-    /// runs a job itself only when another thread takes over claiming. PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)`
-    /// and `batch_size(batch)`: each of its jobs runs as a task of its own.
+    /// runs a job itself only when another thread takes over claiming. PgQueuer's
+    /// `batch_size` with N consumers maps to `threads(N * batch)` and
+    /// `batch_size(batch)`: each of its jobs runs as a task of its own.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
         self.options.threads = threads;

@@ -142,8 +142,8 @@ impl<'a> Dispatcher<'a> {
 
     /// Runs the primary lane on this thread until a claim takes a lone job on an idle
     /// worker: then the lead waits in the slot for the next thread that looks for work,
-    /// and this thread is to run the job returned. `None` once dispatching has ended (shutdown, a finished
-    /// drain, a fatal error).
+    /// and this thread is to run the job returned. `None` once dispatching has ended
+    /// (shutdown, a finished drain, a fatal error).
     pub(crate) fn lead(&self, mut lead: Lead<'a>) -> Option<Job> {
         let config = self.config;
         while !self.shutdown.is_shutdown() {
