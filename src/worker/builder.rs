@@ -113,8 +113,9 @@ impl WorkerBuilder {
     /// [`WorkerBuilder::batch_size`]).
     ///
     /// Threads are cheap (the worker holds a fixed few pool connections whatever their
-    /// number). The worker starts one thread more than this: the one that claims, which
-    /// runs a job itself only when another thread takes over claiming. PgQueuer's
+    /// number). The worker starts one thread more than this, so that one can claim while
+    /// `threads` run jobs; which thread claims changes, the most jobs run at once does
+    /// not. PgQueuer's
     /// `batch_size` with N consumers maps to `threads(N * batch)` and
     /// `batch_size(batch)`: each of its jobs runs as a task of its own.
     #[must_use]

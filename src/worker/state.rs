@@ -4,8 +4,8 @@
 //!   worthwhile, and why.
 //! - [`Idle`]: how many executor threads are free and not yet promised a job; the
 //!   dispatcher never claims more.
-//! - [`Handoff`]: claimed jobs on their way to executors, and the one-at-a-time wake chain
-//!   that starts them.
+//! - [`Handoff`]: claimed jobs on their way to executors, the one-at-a-time wake chain
+//!   that starts them, and the count that keeps the jobs run at once within `threads`.
 //! - [`Running`]: the jobs this worker holds, with their cancel flags.
 //! - [`ConnSlot`]: a pool connection a thread keeps for its loop.
 //! - [`warn_always`]: a warning that reaches stderr even when no logger is installed.

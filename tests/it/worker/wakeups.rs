@@ -162,12 +162,19 @@ fn a_lone_job_runs_on_the_claiming_thread_and_claiming_goes_on() {
     std::thread::sleep(Duration::from_millis(1_200));
     queue.enqueue(NewJob::new("job", "long 2")).unwrap();
     started("long 2");
-    let burst: Vec<NewJob> = (0..8).map(|i| NewJob::new("job", format!("b{i}"))).collect();
+    let burst: Vec<NewJob> = (0..8)
+        .map(|i| NewJob::new("job", format!("b{i}")))
+        .collect();
     queue.enqueue_many(&burst).unwrap();
     for _ in 0..8 {
-        rx.recv_timeout(Duration::from_secs(10)).expect("a burst job never started");
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("a burst job never started");
     }
     let summary = worker.join().unwrap();
     assert_eq!(summary.succeeded, 11);
-    assert_eq!(peak.load(Ordering::SeqCst), 2, "jobs at once beyond threads(2)");
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "jobs at once beyond threads(2)"
+    );
 }
