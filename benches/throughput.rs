@@ -9,7 +9,8 @@
 //! - `PGQ_BENCH_DRAIN_JOBS` jobs for the drain runs (default 50000), and
 //!   `PGQ_BENCH_DRAIN_THREADS` to run one drain shape (that many threads and, unless
 //!   `PGQ_BENCH_DRAIN_BATCH` says otherwise, as large a batch); `PGQ_BENCH_FLOOR_BATCH`
-//!   the floor's batch (default 128);
+//!   the floor's batch (default 128), `PGQ_BENCH_FLOOR_CONNECTIONS` further connection
+//!   counts for the floor with the log rows (say `3,4`; it always runs 1 and 2);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of
 //!   `flow,drain,floor,limits,limits-drain,latency,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
@@ -700,7 +701,21 @@ fn main() {
     }
     if wants("floor") {
         let batch: i32 = env_or("PGQ_BENCH_FLOOR_BATCH", 128);
-        for (lanes, log) in [(1, true), (2, true), (2, false)] {
+        // More connections than the default two show whether the server, not the
+        // statements' round trips, bounds the floor.
+        let more: Vec<usize> = env_or("PGQ_BENCH_FLOOR_CONNECTIONS", String::new())
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .expect("PGQ_BENCH_FLOOR_CONNECTIONS is a comma-separated list of counts")
+            })
+            .collect();
+        let shapes = [(1, true), (2, true), (2, false)]
+            .into_iter()
+            .chain(more.into_iter().map(|lanes| (lanes, true)));
+        for (lanes, log) in shapes {
             let (rate, note) = floor(&db, drain_jobs, batch, lanes, log);
             let what = if log {
                 "required writes"
