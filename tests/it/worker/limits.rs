@@ -1,12 +1,13 @@
 //! Concurrency limits, exactly-once execution and batch sizes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
 
+use super::Overlap;
 use crate::harness::{TestDb, scalar};
 
 /// 16 threads drain 20,000 jobs over limits 2 and 5 and two unlimited entrypoints: every
@@ -114,9 +115,9 @@ fn a_scarce_slot_turns_over_in_one_commit_unless_slots_are_released() {
         let queue = Queue::new(pool.clone());
         let jobs: Vec<NewJob> = (0..60).map(|_| NewJob::new("one", Vec::new())).collect();
         queue.enqueue_many(&jobs).unwrap();
-        let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let overlap = Overlap::default();
         let worker = {
-            let (now, peak) = (now.clone(), peak.clone());
+            let overlap = overlap.clone();
             Worker::builder(pool)
                 .threads(2)
                 .reuse_slots(reuse)
@@ -124,9 +125,7 @@ fn a_scarce_slot_turns_over_in_one_commit_unless_slots_are_released() {
                     "one",
                     EntrypointOptions::new().concurrency_limit(1),
                     move |_job, _ctx| {
-                        peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                        std::thread::sleep(Duration::from_millis(2));
-                        now.fetch_sub(1, Ordering::SeqCst);
+                        overlap.during(|| std::thread::sleep(Duration::from_millis(2)));
                         Ok(())
                     },
                 )
@@ -134,7 +133,7 @@ fn a_scarce_slot_turns_over_in_one_commit_unless_slots_are_released() {
                 .unwrap()
         };
         assert_eq!(worker.run_until_empty().unwrap().succeeded, 60);
-        assert_eq!(peak.load(Ordering::SeqCst), 1);
+        assert_eq!(overlap.peak(), 1);
         let mut client = db.client();
         let shared = scalar::<i64>(
             &mut client,

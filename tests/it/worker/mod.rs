@@ -15,6 +15,30 @@ mod startup;
 mod stopping;
 mod wakeups;
 
+/// Counts handlers running at once, and the most that ever did.
+#[derive(Clone, Default)]
+pub struct Overlap {
+    now: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    peak: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Overlap {
+    /// Runs `f` counted as one of the handlers running now.
+    pub fn during<T>(&self, f: impl FnOnce() -> T) -> T {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.peak
+            .fetch_max(self.now.fetch_add(1, SeqCst) + 1, SeqCst);
+        let out = f();
+        self.now.fetch_sub(1, SeqCst);
+        out
+    }
+
+    /// The most handlers that ran at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// Jobs that wait at a gate: each announces its id as it starts and then waits for one
 /// message on `open` (30 s at most).
 pub struct Gate {

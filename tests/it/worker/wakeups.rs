@@ -1,12 +1,10 @@
 //! When idle threads wake: a claimed batch, a NOTIFY, a deferred job's due time.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pgqueuer::{NewJob, Queue, Worker};
 
-use super::start_timing_worker;
+use super::{Overlap, start_timing_worker};
 use crate::harness::TestDb;
 
 /// A batch claimed at once starts on every idle thread at once: the jobs one thread claims
@@ -17,19 +15,17 @@ use crate::harness::TestDb;
 fn a_claimed_batch_starts_on_every_idle_thread_at_once() {
     let db = TestDb::new();
     let pool = db.pool(4);
-    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let overlap = Overlap::default();
     let (tx, rx) = crossbeam_channel::unbounded();
     let worker = {
-        let (now, peak) = (now.clone(), peak.clone());
+        let overlap = overlap.clone();
         Worker::builder(pool.clone())
             .threads(8)
             .batch_size(8)
             .dequeue_timeout(Duration::from_secs(60))
             .entrypoint("slow", move |_job, _ctx| {
                 tx.send(Instant::now()).unwrap();
-                peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                std::thread::sleep(Duration::from_millis(400));
-                now.fetch_sub(1, Ordering::SeqCst);
+                overlap.during(|| std::thread::sleep(Duration::from_millis(400)));
                 Ok(())
             })
             .build()
@@ -50,7 +46,7 @@ fn a_claimed_batch_starts_on_every_idle_thread_at_once() {
     let spread = *starts.iter().max().unwrap() - *starts.iter().min().unwrap();
     eprintln!("8 jobs started within {spread:?} of each other");
     assert_eq!(worker.join().unwrap().succeeded, 8);
-    assert_eq!(peak.load(Ordering::SeqCst), 8, "not every job overlapped");
+    assert_eq!(overlap.peak(), 8, "not every job overlapped");
     assert!(
         spread < Duration::from_millis(200),
         "starts spread over {spread:?}"
@@ -122,20 +118,20 @@ fn a_deferred_job_starts_when_due_without_polling() {
 fn a_lone_job_runs_on_the_claiming_thread_and_claiming_goes_on() {
     let db = TestDb::new();
     let pool = db.pool(4);
-    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let overlap = Overlap::default();
     let (tx, rx) = crossbeam_channel::unbounded::<(String, Instant)>();
     let worker = {
-        let (now, peak) = (now.clone(), peak.clone());
+        let overlap = overlap.clone();
         Worker::builder(pool.clone())
             .threads(2)
             .dequeue_timeout(Duration::from_secs(60))
             .entrypoint("job", move |job, _ctx| {
-                peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 let name = job.payload_str().unwrap_or_default().to_owned();
-                tx.send((name.clone(), Instant::now())).unwrap();
-                let ms = if name.starts_with("long") { 1_000 } else { 50 };
-                std::thread::sleep(Duration::from_millis(ms));
-                now.fetch_sub(1, Ordering::SeqCst);
+                overlap.during(|| {
+                    tx.send((name.clone(), Instant::now())).unwrap();
+                    let ms = if name.starts_with("long") { 1_000 } else { 50 };
+                    std::thread::sleep(Duration::from_millis(ms));
+                });
                 Ok(())
             })
             .build()
@@ -172,9 +168,5 @@ fn a_lone_job_runs_on_the_claiming_thread_and_claiming_goes_on() {
     }
     let summary = worker.join().unwrap();
     assert_eq!(summary.succeeded, 11);
-    assert_eq!(
-        peak.load(Ordering::SeqCst),
-        2,
-        "jobs at once beyond threads(2)"
-    );
+    assert_eq!(overlap.peak(), 2, "jobs at once beyond threads(2)");
 }
