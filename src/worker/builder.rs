@@ -115,8 +115,7 @@ impl WorkerBuilder {
     /// Threads are cheap (the worker holds a fixed few pool connections whatever their
     /// number). The worker starts one thread more than this, so that one can claim while
     /// `threads` run jobs; which thread claims changes, the most jobs run at once does
-    /// not. PgQueuer's
-    /// `batch_size` with N consumers maps to `threads(N * batch)` and
+    /// not. PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)` and
     /// `batch_size(batch)`: each of its jobs runs as a task of its own.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {

@@ -234,7 +234,7 @@ impl<'a> Dispatcher<'a> {
                 // wake-up on its way from enqueue to start), this thread runs it and the
                 // lead goes to the next free thread. A batch is handed over whole: its
                 // wake-ups overlap the next claim, and passing the lead would put one
-                // more in front of its other jobs (PgQueuer's flow ran 15% slower so).
+                // more wake-up in front of its other jobs.
                 if n == 1 && self.idle.only(n) && self.handoff.start_own() {
                     *super::state::lock(&self.lead_slot) = Some(lead);
                     self.handoff.wake_one();

@@ -5,10 +5,10 @@
 //! for work takes the lead first if no thread holds it, else a handed-over job, else it
 //! sleeps. The leader gives the lead away only when its claim takes a lone job on an idle
 //! worker: it keeps the job to run itself and leaves the lead for the next thread, so
-//! that the job's start does not wait for a second thread to wake up after the claim
-//! (waking one right after a round trip to PostgreSQL took 60-80 µs here, a twentieth of
-//! a job's enqueue-to-start latency at 200 jobs/s). Everywhere else jobs are handed over,
-//! one idle thread woken at a time.
+//! that the job's start does not wait for a second thread to wake up after the claim (a
+//! thread woken right after a round trip to PostgreSQL waits for a core the server's
+//! backend still holds; the CHANGELOG has the figures). Everywhere else jobs are handed
+//! over, one idle thread woken at a time.
 
 use crossbeam_channel::Receiver;
 

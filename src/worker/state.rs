@@ -265,7 +265,7 @@ pub(crate) struct Handoff {
     /// than `threads` (the one that leads), and a thread that has just given the lead
     /// away runs its own job while the lead waits for another: this count, not the
     /// number of threads, is what keeps the jobs run at once within `threads`.
-    running: AtomicUsize,
+    executing: AtomicUsize,
     threads: usize,
 }
 
@@ -280,14 +280,14 @@ impl Handoff {
             wake_tx,
             wake_rx,
             waking: AtomicBool::new(false),
-            running: AtomicUsize::new(0),
+            executing: AtomicUsize::new(0),
             threads: threads.max(1),
         }
     }
 
     /// Counts a job as running if fewer than `threads` are; false otherwise.
     pub(crate) fn start_own(&self) -> bool {
-        self.running
+        self.executing
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.threads).then_some(n + 1)
             })
@@ -296,7 +296,7 @@ impl Handoff {
 
     /// A job taken from here, or one a thread kept ([`Handoff::start_own`]), has ended.
     pub(crate) fn finished(&self) {
-        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.executing.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Queues claimed jobs and wakes one idle executor for them.
