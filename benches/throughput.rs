@@ -571,6 +571,22 @@ fn latency(db: &BenchDb, n: usize, gap: Duration) -> Vec<Duration> {
     latencies
 }
 
+/// `key` from the environment (or, unset, `default`; none without one) as a
+/// comma-separated list of `what`; panics naming the variable on an item that does not
+/// parse.
+fn env_list<T: std::str::FromStr>(key: &str, default: Option<&str>, what: &str) -> Vec<T> {
+    let Some(list) = std::env::var(key).ok().or(default.map(str::to_owned)) else {
+        return Vec::new();
+    };
+    list.split(',')
+        .map(str::trim)
+        .map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("{key} is a comma-separated list of {what}: {s:?}"))
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[i]
@@ -703,15 +719,7 @@ fn main() {
         let batch: i32 = env_or("PGQ_BENCH_FLOOR_BATCH", 128);
         // More connections than the default two show whether the server, not the
         // statements' round trips, bounds the floor.
-        let more: Vec<usize> = env_or("PGQ_BENCH_FLOOR_CONNECTIONS", String::new())
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                s.trim()
-                    .parse()
-                    .expect("PGQ_BENCH_FLOOR_CONNECTIONS is a comma-separated list of counts")
-            })
-            .collect();
+        let more: Vec<usize> = env_list("PGQ_BENCH_FLOOR_CONNECTIONS", None, "counts");
         let shapes = [(1, true), (2, true), (2, false)]
             .into_iter()
             .chain(more.into_iter().map(|lanes| (lanes, true)));
@@ -733,12 +741,7 @@ fn main() {
     if wants("limits-drain") {
         // The limits without a producer competing for the machine: a drain of queued
         // jobs by 16 threads claiming 10.
-        let limits: String = env_or("PGQ_BENCH_LIMITS", "0,10,5000".to_owned());
-        for limit in limits.split(',') {
-            let limit: u32 = limit
-                .trim()
-                .parse()
-                .expect("PGQ_BENCH_LIMITS is a comma-separated list of limits (0: none)");
+        for limit in env_list::<u32>("PGQ_BENCH_LIMITS", Some("0,10,5000"), "limits (0: none)") {
             let (rate, note) = drain(&db, drain_jobs, 16, 10, limit);
             let name = if limit == 0 {
                 "limits drain: unlimited".to_owned()

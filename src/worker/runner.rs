@@ -32,14 +32,12 @@ impl Runner<'_> {
         loop {
             if let Some(lead) = self.dispatcher.take_lead() {
                 if let Some(job) = self.dispatcher.lead(lead) {
-                    self.executor.execute(&job, &mut rng);
-                    self.handoff.finished();
+                    self.execute(&job, &mut rng);
                 }
                 continue;
             }
             if let Some(job) = self.handoff.take() {
-                self.executor.execute(&job, &mut rng);
-                self.handoff.finished();
+                self.execute(&job, &mut rng);
                 continue;
             }
             if !self.handoff.wait(self.dispatching) {
@@ -48,8 +46,14 @@ impl Runner<'_> {
         }
         // Jobs handed over just before dispatching ended still run.
         while let Some(job) = self.handoff.take() {
-            self.executor.execute(&job, &mut rng);
-            self.handoff.finished();
+            self.execute(&job, &mut rng);
         }
+    }
+
+    /// Runs a job this thread was granted (by [`Handoff::take`] or
+    /// [`Handoff::start_own`]), then gives the grant back.
+    fn execute(&self, job: &crate::job::Job, rng: &mut Jitter) {
+        self.executor.execute(job, rng);
+        self.handoff.finished();
     }
 }

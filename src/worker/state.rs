@@ -315,6 +315,10 @@ impl Handoff {
     /// running until [`Handoff::finished`]); wakes one more idle thread when others still
     /// wait.
     pub(crate) fn take(&self) -> Option<Job> {
+        if self.jobs_rx.is_empty() {
+            // The common case for a thread looking for work: nothing to count.
+            return None;
+        }
         if !self.start_own() {
             // Every permitted job runs; one of their threads takes this one when it ends.
             return None;
