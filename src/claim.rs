@@ -24,6 +24,10 @@ use crate::settings::Settings;
 use crate::sql::claim::{self as sql, ClaimSql};
 use crate::sqlstate::{self, ErrorKind};
 
+/// How long the public forms of ending and refreshing claims retry rows locked by
+/// others before they give up with [`Error::Timeout`].
+const GIVE_UP: Duration = Duration::from_secs(30);
+
 /// The outcome of one claim.
 #[derive(Debug, Default)]
 pub struct Claim {
@@ -137,6 +141,7 @@ pub(crate) struct Statements {
     pub(crate) complete: String,
     pub(crate) heartbeat: String,
     pub(crate) retry: String,
+    pub(crate) release: String,
     pub(crate) next_due: String,
     pub(crate) slots_in_use: String,
     pub(crate) owned: String,
@@ -151,6 +156,7 @@ impl Statements {
             complete: sql::queue_complete_many(settings),
             heartbeat: sql::queue_heartbeat_many(settings),
             retry: sql::queue_retry(settings),
+            release: sql::queue_release_many(settings),
             next_due: sql::queue_next_due(settings),
             slots_in_use: sql::queue_slots_in_use(settings),
             owned: sql::queue_owned(settings),
@@ -200,6 +206,10 @@ impl ClaimerBuilder {
 
     pub(crate) fn settings_ref(&self) -> &Settings {
         &self.settings
+    }
+
+    pub(crate) fn heartbeat_timeout_ref(&self) -> Duration {
+        self.heartbeat_timeout
     }
 
     /// The worker identity written to `queue_manager_id`. Defaults to a fresh UUID v4.
@@ -462,8 +472,23 @@ impl Claimer {
     /// # Errors
     /// [`Error::InvalidInput`] for a non-terminal status; [`Error::Db`] otherwise.
     pub fn complete(&self, conn: &mut Conn, outcomes: &[Outcome]) -> Result<Vec<JobId>> {
+        let (done, _) = self.complete_within(conn, outcomes, GIVE_UP)?;
+        Ok(done)
+    }
+
+    /// [`Claimer::complete`], retrying locked rows for at most `within`: returns the ids
+    /// written and those still owned but locked (by a concurrent claim or another
+    /// session), for the caller to end later. An error writes nothing, or, when the
+    /// error came after a first pass, leaves the rows written so far written (each pass
+    /// commits on its own).
+    pub(crate) fn complete_within(
+        &self,
+        conn: &mut Conn,
+        outcomes: &[Outcome],
+        within: Duration,
+    ) -> Result<(Vec<JobId>, Vec<JobId>)> {
         let all = Ending::new(outcomes)?;
-        self.until_owned_done(conn, &all.ids, |conn, pending| {
+        self.until_owned_done(conn, &all.ids, within, |conn, pending| {
             let e = all.only(pending);
             conn.query_cached(
                 &self.statements.complete,
@@ -484,9 +509,41 @@ impl Claimer {
     /// # Errors
     /// [`Error::Db`].
     pub fn heartbeat(&self, conn: &mut Conn, ids: &[JobId]) -> Result<Vec<JobId>> {
-        self.until_owned_done(conn, ids, |conn, pending| {
+        let (done, _) = self.heartbeat_within(conn, ids, GIVE_UP)?;
+        Ok(done)
+    }
+
+    /// [`Claimer::heartbeat`], retrying locked rows for at most `within`: returns the ids
+    /// refreshed and those still owned but locked. A row locked for long (a session
+    /// holding `SELECT ... FOR UPDATE` on it) must not hold up the next beat of every
+    /// other job.
+    pub(crate) fn heartbeat_within(
+        &self,
+        conn: &mut Conn,
+        ids: &[JobId],
+        within: Duration,
+    ) -> Result<(Vec<JobId>, Vec<JobId>)> {
+        self.until_owned_done(conn, ids, within, |conn, pending| {
             conn.query_cached(
                 &self.statements.heartbeat,
+                &[(&pending, Type::INT8_ARRAY), (&self.worker_id, Type::UUID)],
+            )
+        })
+    }
+
+    /// Gives jobs this worker owns and has not started back to the queue: `queued`
+    /// again, no owner, no attempt counted, with a `queued` log row each, retrying
+    /// locked rows for at most `within`. Returns the ids released and those still
+    /// locked. (An UPDATE sends no notification: the caller announces the change.)
+    pub(crate) fn release_within(
+        &self,
+        conn: &mut Conn,
+        ids: &[JobId],
+        within: Duration,
+    ) -> Result<(Vec<JobId>, Vec<JobId>)> {
+        self.until_owned_done(conn, ids, within, |conn, pending| {
+            conn.query_cached(
+                &self.statements.release,
                 &[(&pending, Type::INT8_ARRAY), (&self.worker_id, Type::UUID)],
             )
         })
@@ -497,7 +554,8 @@ impl Claimer {
     /// owned by this worker.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a delay too large for an interval; [`Error::Db`].
+    /// [`Error::InvalidInput`] for a delay longer than [`crate::NewJob::MAX_EXECUTE_AFTER`];
+    /// [`Error::Db`].
     pub fn retry(
         &self,
         conn: &mut Conn,
@@ -505,11 +563,33 @@ impl Claimer {
         delay: Duration,
         traceback: &serde_json::Value,
     ) -> Result<bool> {
-        let delay_us = i64::try_from(delay.as_micros()).map_err(|_| {
-            Error::invalid("retry delay", format!("{delay:?} does not fit an interval"))
-        })?;
+        Ok(self
+            .retry_within(conn, id, delay, traceback, GIVE_UP)?
+            .unwrap_or(false))
+    }
+
+    /// [`Claimer::retry`], retrying a locked row for at most `within`: `None` when the
+    /// row is still owned but locked.
+    pub(crate) fn retry_within(
+        &self,
+        conn: &mut Conn,
+        id: JobId,
+        delay: Duration,
+        traceback: &serde_json::Value,
+        within: Duration,
+    ) -> Result<Option<bool>> {
+        if delay > crate::time::MAX_DELAY {
+            return Err(Error::invalid(
+                "retry delay",
+                format!(
+                    "{delay:?} is longer than the longest delay allowed ({:?}, 1000 years)",
+                    crate::time::MAX_DELAY
+                ),
+            ));
+        }
+        let delay_us = i64::try_from(delay.as_micros()).unwrap_or(i64::MAX);
         let traceback = traceback.to_string();
-        let done = self.until_owned_done(conn, &[id], |conn, _| {
+        let (done, pending) = self.until_owned_done(conn, &[id], within, |conn, _| {
             conn.query_cached(
                 &self.statements.retry,
                 &[
@@ -520,16 +600,28 @@ impl Claimer {
                 ],
             )
         })?;
-        Ok(!done.is_empty())
+        Ok(if pending.is_empty() {
+            Some(!done.is_empty())
+        } else {
+            None
+        })
     }
 
     /// Runs `step` on the pending ids (each run returns the ids it handled) until none of
-    /// them is still owned by this worker. Deadlock victims are retried like skipped rows.
-    fn until_owned_done<F>(&self, conn: &mut Conn, ids: &[JobId], mut step: F) -> Result<Vec<JobId>>
+    /// them is still owned by this worker, or `within` has passed: returns the ids
+    /// handled and those still owned and pending. Deadlock victims are retried like
+    /// skipped rows. With [`GIVE_UP`] as the bound, ids left pending are an
+    /// [`Error::Timeout`] (the public forms promise every owned row is handled).
+    fn until_owned_done<F>(
+        &self,
+        conn: &mut Conn,
+        ids: &[JobId],
+        within: Duration,
+        mut step: F,
+    ) -> Result<(Vec<JobId>, Vec<JobId>)>
     where
         F: FnMut(&mut Conn, &[JobId]) -> Result<Vec<postgres::Row>>,
     {
-        const GIVE_UP: Duration = Duration::from_secs(30);
         let mut done = Vec::with_capacity(ids.len());
         let mut pending = ids.to_vec();
         let started = std::time::Instant::now();
@@ -559,12 +651,15 @@ impl Claimer {
             if pending.is_empty() {
                 break;
             }
-            if started.elapsed() > GIVE_UP {
-                return Err(Error::Timeout(GIVE_UP));
+            if started.elapsed() > within {
+                if within >= GIVE_UP {
+                    return Err(Error::Timeout(GIVE_UP));
+                }
+                break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(done)
+        Ok((done, pending))
     }
 
     /// For each of `entrypoints`: the highest slot held by a picked job (of any worker)

@@ -423,8 +423,9 @@ impl r2d2::HandleError<postgres::Error> for LogChain {
     }
 }
 
-/// Options of [`connect_with`].
-#[derive(Debug, Clone)]
+/// Options of [`connect_with`]. Its `Debug` shows `listen_dsn` with any password
+/// replaced by `***`.
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// Most connections the pool opens. Defaults to 10.
     pub max_size: u32,
@@ -442,6 +443,60 @@ pub struct ConnectOptions {
     /// pooler in session mode), where workers LISTEN; without one they poll. Ignored for
     /// [`Pooler::Direct`]. `PGQUEUER_LISTEN_DSN` sets it.
     pub listen_dsn: Option<String>,
+}
+
+impl fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("max_size", &self.max_size)
+            .field("min_idle", &self.min_idle)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("application_name", &self.application_name)
+            .field("pooler", &self.pooler)
+            .field("listen_dsn", &self.listen_dsn.as_deref().map(redact_dsn))
+            .finish()
+    }
+}
+
+/// `dsn` with its password replaced by `***`, in either form: the URL's
+/// `user:password@` and any `password=` parameter or `key=value` pair.
+pub(crate) fn redact_dsn(dsn: &str) -> String {
+    let mut out = dsn.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest = scheme_end + 3;
+        let authority_end = out[rest..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| rest + i);
+        if let Some(at) = out[rest..authority_end].rfind('@') {
+            let userinfo = &out[rest..rest + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest + colon + 1..rest + at, "***");
+            }
+        }
+    }
+    // `password=...` as a query parameter (up to `&`) or a key=value pair (up to a
+    // space, or a quoted value).
+    let mut searched = 0;
+    while let Some(found) = out[searched..].to_ascii_lowercase().find("password=") {
+        let start = searched + found + "password=".len();
+        let value = &out[start..];
+        let len = if let Some(quoted) = value.strip_prefix('\'') {
+            quoted
+                .char_indices()
+                .scan(false, |escaped, (i, c)| {
+                    let end = !*escaped && c == '\'';
+                    *escaped = !*escaped && c == '\\';
+                    Some((i, end))
+                })
+                .find(|(_, end)| *end)
+                .map_or(value.len(), |(i, _)| i + 2)
+        } else {
+            value.find(['&', ' ']).unwrap_or(value.len())
+        };
+        out.replace_range(start..start + len, "***");
+        searched = start + 3;
+    }
+    out
 }
 
 impl Default for ConnectOptions {
@@ -756,6 +811,37 @@ mod tests {
         assert!(err.to_string().contains("nonsense"), "{err}");
         let err = resolve("", &[("PGPORT", "port")]).unwrap_err();
         assert!(err.to_string().contains("PGPORT"), "{err}");
+    }
+
+    #[test]
+    fn passwords_never_reach_debug_output() {
+        for (dsn, shown) in [
+            (
+                "postgres://app:s3cr3t@db.example:5432/q?sslmode=require",
+                "postgres://app:***@db.example:5432/q?sslmode=require",
+            ),
+            (
+                "postgres://app@db/q?password=s3cr3t&application_name=x",
+                "postgres://app@db/q?password=***&application_name=x",
+            ),
+            (
+                "host=db user=app password=s3cr3t dbname=q",
+                "host=db user=app password=*** dbname=q",
+            ),
+            (
+                "host=db password='s3 cr\\'3t' dbname=q",
+                "host=db password=*** dbname=q",
+            ),
+            ("postgres://db/q", "postgres://db/q"),
+        ] {
+            assert_eq!(redact_dsn(dsn), shown);
+        }
+        let options = ConnectOptions {
+            listen_dsn: Some("postgres://app:s3cr3t@db/q".into()),
+            ..ConnectOptions::default()
+        };
+        let debug = format!("{options:?}");
+        assert!(!debug.contains("s3cr3t") && debug.contains("app:***@db"), "{debug}");
     }
 
     #[test]

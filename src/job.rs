@@ -276,6 +276,26 @@ pub(crate) fn check_text(field: &str, value: &str, max_bytes: usize) -> crate::R
     Ok(())
 }
 
+/// `text` as PostgreSQL can store it in `text` and `jsonb`: each NUL character, which
+/// neither type accepts (`jsonb` refuses the escape `\u0000` with 22P05), written as the
+/// six characters `\u0000`, and at most about `max_bytes` kept, ending with a note of
+/// how many bytes were left out. Handler errors are written through this: nothing a
+/// handler says can make an outcome unwritable, and nothing is dropped without a word.
+pub(crate) fn storable_text(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max_bytes && !text.contains('\0') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut cut = text.len().min(max_bytes);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut out = text[..cut].replace('\0', "\\u0000");
+    if cut < text.len() {
+        out.push_str(&format!(" [... {} more bytes not stored]", text.len() - cut));
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The `status` column of `row` (selected as text).
 pub(crate) fn status_of(row: &postgres::Row) -> crate::Result<Status> {
     parse_status(&row.try_get::<_, String>("status")?)

@@ -82,11 +82,38 @@ pub(crate) fn is_connection_lost(err: &postgres::Error) -> bool {
     classify(err, "") == ErrorKind::ConnectionLost
 }
 
+/// True when the server refused a statement for what it carries, so that running it
+/// again unchanged cannot succeed: SQLSTATE class 21 (cardinality), 22 (data exception,
+/// such as 22P05 for a NUL escape in `jsonb`), 23 (integrity), 42 (syntax or access),
+/// 54 (program limit, such as a value too large). Anything else (a lost connection, a
+/// timeout, a deadlock, a read-only or shutting-down server, no SQLSTATE at all) may pass
+/// on a retry.
+pub(crate) fn refuses_statement(err: &postgres::Error) -> bool {
+    err.code()
+        .is_some_and(|code| refusing_class(code.code()) && !err.is_closed())
+}
+
+fn refusing_class(code: &str) -> bool {
+    ["21", "22", "23", "42", "54"]
+        .iter()
+        .any(|class| code.starts_with(class))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const SLOT: &str = "pgqueuer_picked_slot_idx";
+
+    #[test]
+    fn only_errors_about_a_statement_itself_refuse_it() {
+        for code in ["22P05", "54000", "23502", "42P01", "22021"] {
+            assert!(refusing_class(code), "{code}");
+        }
+        for code in ["57014", "40001", "40P01", "25006", "53100", "08006", "57P01", "XX000"] {
+            assert!(!refusing_class(code), "{code}");
+        }
+    }
 
     #[test]
     fn slot_index_violation_is_a_lost_race() {

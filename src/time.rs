@@ -9,6 +9,31 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The longest delay the crate accepts anywhere a job is put off (`execute_after`,
+/// `Retry::after`, a retry policy's delays): 1,000 years. A job due later would be
+/// past the year 9999 within a few thousand years, where Python's `datetime` (PgQueuer's
+/// readers, its dashboard and CLI) cannot read its `execute_after`; PostgreSQL itself
+/// would take up to the year 294276.
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(1_000 * 31_557_600);
+
+/// Checks that `value` of option `option` lies in `min..=max`; the error names the option,
+/// the value and the range, so that no out-of-range duration reaches the arithmetic (an
+/// `Instant + Duration` that overflows panics).
+pub(crate) fn check_duration(
+    option: &str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> crate::Result<()> {
+    if value < min || value > max {
+        return Err(crate::Error::invalid(
+            option,
+            format!("{value:?} is outside the allowed range {min:?} to {max:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The current time, truncated to the microsecond.
 pub(crate) fn now_micros() -> SystemTime {
     let now = SystemTime::now();

@@ -72,10 +72,10 @@ impl NewJob {
     /// the unique index that enforces it).
     pub const MAX_DEDUPE_KEY_BYTES: usize = 1024;
 
-    /// The longest delay accepted: 10,000 years. Longer ones cannot be added to `now()`
-    /// without leaving PostgreSQL's timestamp range (which ends in the year 294276) or
-    /// the microsecond count of an interval.
-    pub const MAX_EXECUTE_AFTER: Duration = Duration::from_secs(10_000 * 31_557_600);
+    /// The longest delay accepted: 1,000 years, so that the due time stays far inside
+    /// the range of Python's `datetime` (which ends with the year 9999), and PgQueuer's
+    /// readers can read every row this crate writes.
+    pub const MAX_EXECUTE_AFTER: Duration = crate::time::MAX_DELAY;
 
     /// A job for `entrypoint` carrying `payload` (any bytes, stored exactly).
     pub fn new(entrypoint: impl Into<String>, payload: impl Into<Vec<u8>>) -> NewJob {
@@ -208,7 +208,7 @@ impl<'a> Columns<'a> {
                 return Err(Error::invalid(
                     field(i, "execute_after"),
                     format!(
-                        "{:?} is longer than the maximum delay of 10000 years",
+                        "{:?} is longer than the maximum delay of 1000 years (NewJob::MAX_EXECUTE_AFTER)",
                         job.execute_after
                     ),
                 ));

@@ -371,6 +371,23 @@ pub(crate) fn queue_retry(s: &Settings) -> String {
     )
 }
 
+/// Gives the rows of `$1` (ids) this worker (`$2`) owns back to the queue, unstarted:
+/// `queued` again with no owner, `attempts` unchanged, and a `queued` log row each.
+/// Returns the released ids.
+pub(crate) fn queue_release_many(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let lock = lock_owned(&queue, "$1::bigint[]", "$2::uuid");
+    format!(
+        "WITH released AS (\n    UPDATE {queue} SET status = 'queued', updated = NOW(), queue_manager_id = NULL\n    \
+         WHERE ctid = ANY(ARRAY(SELECT owned_row.tid FROM {lock}))\n    \
+         RETURNING id, entrypoint, priority\n)\n\
+         INSERT INTO {log} (job_id, status, entrypoint, priority)\n\
+         SELECT id, 'queued', entrypoint, priority FROM released\n\
+         RETURNING job_id"
+    )
+}
+
 /// Time until the earliest queued job of these entrypoints is due, in microseconds (NULL
 /// when none). `$1` entrypoints. Each entrypoint reads one entry of the
 /// `(entrypoint, execute_after)` index, however long its queue: `MIN` over

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::settings::Settings;
 use crate::shutdown::ShutdownHandle;
+use crate::time::check_duration;
 
 use super::Worker;
 use super::entrypoint::{Context, EntrypointOptions, Handler, HandlerResult, Registry};
@@ -27,6 +28,20 @@ pub(crate) const POOL_CONNECTIONS: u32 = 3;
 /// Claims a worker has in flight at once when its pool has room for a second claim
 /// connection (each runs on a claim lane of its own, see `dispatcher`).
 const MAX_LANES: u32 = 2;
+
+/// Most threads a worker starts (each is a real OS thread).
+pub(crate) const MAX_THREADS: usize = 4096;
+/// Most jobs one claim takes.
+pub(crate) const MAX_BATCH_SIZE: usize = 10_000;
+/// Shortest wait a duration option may give.
+const MIN_WAIT: Duration = Duration::from_millis(1);
+/// Longest `dequeue_timeout` and `poll_interval`: a worker looks at its table at least
+/// once a day.
+const MAX_POLL: Duration = Duration::from_secs(86_400);
+/// Longest `heartbeat_timeout`: a dead worker's jobs wait at most a week for rescue.
+const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(7 * 86_400);
+/// Longest `shutdown_deadline`.
+const MAX_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(365 * 86_400);
 
 /// The worker's own settings, beside the claimer's.
 #[derive(Debug, Clone)]
@@ -50,6 +65,39 @@ impl Default for Options {
             shutdown_deadline: None,
             reuse_slots: true,
         }
+    }
+}
+
+impl Options {
+    /// Every number and duration within its range (see the constants above), so that no
+    /// arithmetic of the worker's threads can overflow.
+    fn check(&self) -> Result<()> {
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(Error::invalid(
+                "threads",
+                format!("{} is outside the allowed range 1 to {MAX_THREADS}", self.threads),
+            ));
+        }
+        if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
+            return Err(Error::invalid(
+                "batch_size",
+                format!(
+                    "{} is outside the allowed range 1 to {MAX_BATCH_SIZE}",
+                    self.batch_size
+                ),
+            ));
+        }
+        check_duration("dequeue_timeout", self.dequeue_timeout, MIN_WAIT, MAX_POLL)?;
+        check_duration("poll_interval", self.poll_interval, MIN_WAIT, MAX_POLL)?;
+        if let Some(deadline) = self.shutdown_deadline {
+            check_duration(
+                "shutdown_deadline",
+                deadline,
+                Duration::ZERO,
+                MAX_SHUTDOWN_DEADLINE,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -116,7 +164,8 @@ impl WorkerBuilder {
     /// number). The worker starts one thread more than this, so that one can claim while
     /// `threads` run jobs; which thread claims changes, the most jobs run at once does
     /// not. PgQueuer's `batch_size` with N consumers maps to `threads(N * batch)` and
-    /// `batch_size(batch)`: each of its jobs runs as a task of its own.
+    /// `batch_size(batch)`: each of its jobs runs as a task of its own. Accepts 1 to
+    /// 4,096.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
         self.options.threads = threads;
@@ -133,7 +182,8 @@ impl WorkerBuilder {
     /// jobs wait in the worker for a thread, about one short job's run. Such jobs are
     /// held like running ones (heartbeats, cancellation) and run at shutdown. Where a
     /// limit is at stake, or handlers take longer, the worker holds only the jobs its
-    /// threads run, so that idle threads of other workers are not kept waiting.
+    /// threads run, so that idle threads of other workers are not kept waiting. Accepts
+    /// 1 to 10,000.
     #[must_use]
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.options.batch_size = batch_size;
@@ -142,7 +192,7 @@ impl WorkerBuilder {
 
     /// A picked job whose heartbeat is older than this may be re-picked by any worker;
     /// this worker refreshes its jobs every half of it. Use the same value as every other
-    /// worker of the queue. Defaults to 30 s, as PgQueuer's.
+    /// worker of the queue. Defaults to 30 s, as PgQueuer's. Accepts 1 ms to 7 days.
     #[must_use]
     pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
         self.claimer = self.claimer.heartbeat_timeout(timeout);
@@ -151,7 +201,7 @@ impl WorkerBuilder {
 
     /// Longest the worker waits without a notification before it looks at the table
     /// again (the fallback when a NOTIFY is lost). It is shortened to the due time of the
-    /// next deferred job. Defaults to 30 s, as PgQueuer's.
+    /// next deferred job. Defaults to 30 s, as PgQueuer's. Accepts 1 ms to 1 day.
     #[must_use]
     pub fn dequeue_timeout(mut self, timeout: Duration) -> Self {
         self.options.dequeue_timeout = timeout;
@@ -162,6 +212,7 @@ impl WorkerBuilder {
     /// pooler ([`crate::Pooler::Transaction`]) without a `listen_dsn`, no notification
     /// arrives, so new jobs are found by this poll (and a cancelled job's handler learns
     /// of it at its next heartbeat). Defaults to 1 s. Unused when the worker LISTENs.
+    /// Accepts 1 ms to 1 day.
     #[must_use]
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.options.poll_interval = interval;
@@ -178,7 +229,15 @@ impl WorkerBuilder {
     }
 
     /// After a shutdown request, how long running handlers may go on before
-    /// [`Context::is_cancelled`] turns true for them. Defaults to none (wait for them).
+    /// [`Context::is_cancelled`] (and [`Context::shutting_down`]) turns true for them.
+    /// Defaults to none (wait for them).
+    ///
+    /// Shutdown never loses a job. Jobs claimed and not started go back to the queue at
+    /// once (a `queued` log row, no attempt counted). A handler that returns, before or
+    /// after the deadline, gets the outcome it returned. A handler that does not return
+    /// keeps its job picked, with heartbeats, and `run()` waits for it: if the process is
+    /// killed meanwhile, the job goes stale and any worker re-picks it after
+    /// [`WorkerBuilder::heartbeat_timeout`]. Accepts 0 to 365 days.
     #[must_use]
     pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
         self.options.shutdown_deadline = Some(deadline);
@@ -244,8 +303,8 @@ impl WorkerBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad option (no entrypoint, a repeated or empty
-    /// entrypoint name or one with a NUL character, zero threads or batch size, a zero
-    /// timeout or budget, a pool too small for the worker); [`Error::Schema`] when the
+    /// entrypoint name or one with a NUL character, a number or duration outside its
+    /// range, which the error names, a zero budget, a pool too small for the worker); [`Error::Schema`] when the
     /// database lacks an object the worker needs, such as the concurrency-slot column or
     /// index (run `upgrade()` first); [`Error::Pool`] or [`Error::Db`] when the schema
     /// cannot be checked.
@@ -254,21 +313,13 @@ impl WorkerBuilder {
             return Err(e);
         }
         let o = self.options;
-        if o.threads == 0 {
-            return Err(Error::invalid(
-                "threads",
-                "a worker needs at least one thread",
-            ));
-        }
-        if o.batch_size == 0 {
-            return Err(Error::invalid("batch_size", "must be at least 1"));
-        }
-        if o.dequeue_timeout.is_zero() {
-            return Err(Error::invalid("dequeue_timeout", "must be positive"));
-        }
-        if o.poll_interval.is_zero() {
-            return Err(Error::invalid("poll_interval", "must be positive"));
-        }
+        o.check()?;
+        check_duration(
+            "heartbeat_timeout",
+            self.claimer.heartbeat_timeout_ref(),
+            MIN_WAIT,
+            MAX_HEARTBEAT_TIMEOUT,
+        )?;
         if self.pool.max_size() < POOL_CONNECTIONS {
             return Err(Error::invalid(
                 "pool",

@@ -16,17 +16,31 @@
 //! linger, the completer writes itself. Where slots are scarce and not reused, it writes
 //! after a shorter linger ([`SCARCE_LINGER`]), since a finished job holds its slot until
 //! its row is written, and rings the dispatcher after each write.
+//!
+//! No outcome can wedge the completer. A write that fails for a reason that may pass (a
+//! lost connection, a timeout, a read-only server) is retried with backoff; one that the
+//! database refuses for what it carries (SQLSTATE classes 21, 22, 23, 42, 54) is split,
+//! so that every other outcome is written, and the one it cannot take is recorded as an
+//! `exception` saying why (and, if even that is refused, left picked to go stale and be
+//! re-picked). Rows locked by another session are retried for [`LOCKED_RETRY`] and then
+//! handed back for the next round, so one locked row holds up no other outcome. Every
+//! failed write logs at `error` and counts in `WorkerStats::outcome_write_failures`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::builder::WorkerConfig;
 use super::state::{ConnSlot, Doorbell, Running, Wake, lock};
+use super::stats::Stats;
 use crate::claim::{Claimer, Outcome};
 use crate::connect::PooledConn;
-use crate::job::JobId;
+use crate::error::Error;
+use crate::events::{Event, Operation, TableChanged};
+use crate::job::{JobId, Status, storable_text};
 use crate::shutdown::ShutdownHandle;
+use crate::sqlstate;
+use crate::time::{TimeStyle, format_time};
 
 /// A job to put back in the queue after `delay`, logging `queued` with the reason.
 pub(crate) struct Requeue {
@@ -47,6 +61,18 @@ const LINGER: Duration = Duration::from_millis(5);
 /// its row is written.
 const SCARCE_LINGER: Duration = Duration::from_millis(1);
 
+/// How long one write retries rows that another session holds locked before it hands
+/// them back for the completer's next round.
+const LOCKED_RETRY: Duration = Duration::from_millis(100);
+
+/// After shutdown, how long the completer goes on trying to write what is left before it
+/// gives up (the rows then go stale and are re-picked: at-least-once).
+const GIVE_UP_AFTER_SHUTDOWN: Duration = Duration::from_secs(30);
+
+/// The most bytes of a refused outcome's own traceback quoted in the exception recorded
+/// instead.
+const QUOTED_TRACEBACK: usize = 4 << 10;
+
 /// Outcomes not yet written.
 #[derive(Default)]
 struct Pending {
@@ -54,6 +80,14 @@ struct Pending {
     ends: Vec<Outcome>,
     /// Written by the completer only, without waiting.
     requeues: Vec<Requeue>,
+    /// Jobs not started before shutdown, to give back to the queue, without waiting.
+    releases: Vec<JobId>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.ends.is_empty() && self.requeues.is_empty() && self.releases.is_empty()
+    }
 }
 
 /// Where executors leave outcomes for the completer (and, when it so decides, for the
@@ -87,6 +121,12 @@ impl Outcomes {
     /// An executor's job to run again later.
     pub(crate) fn requeue(&self, requeue: Requeue) {
         lock(&self.pending).requeues.push(requeue);
+        let _ = self.signal_tx.try_send(());
+    }
+
+    /// A job not started before shutdown, to give back to the queue.
+    pub(crate) fn release(&self, id: JobId) {
+        lock(&self.pending).releases.push(id);
         let _ = self.signal_tx.try_send(());
     }
 
@@ -134,78 +174,168 @@ impl Outcomes {
         std::mem::take(&mut *lock(&self.pending))
     }
 
-    fn requeue_waiting(&self) -> bool {
-        !lock(&self.pending).requeues.is_empty()
+    /// Requeues and releases are written without a linger.
+    fn urgent_waiting(&self) -> bool {
+        let pending = lock(&self.pending);
+        !pending.requeues.is_empty() || !pending.releases.is_empty()
+    }
+
+    /// Puts back what a write could not finish (rows locked by another session).
+    fn hand_back(&self, ends: Vec<Outcome>, requeues: Vec<Requeue>, releases: Vec<JobId>) {
+        if ends.is_empty() && requeues.is_empty() && releases.is_empty() {
+            return;
+        }
+        let mut pending = lock(&self.pending);
+        pending.ends.extend(ends);
+        pending.requeues.extend(requeues);
+        pending.releases.extend(releases);
     }
 }
 
-/// The completer thread: runs until every executor has exited (`alive` disconnects) and
-/// everything left is written.
-pub(crate) fn run(
-    config: &WorkerConfig,
-    outcomes: &Outcomes,
-    running: &Running,
-    doorbell: &Doorbell,
-    shutdown: &ShutdownHandle,
-    alive: &Receiver<()>,
-) {
-    let mut writer = Writer {
-        config,
-        conn: ConnSlot::new(&config.pool),
-        running,
-        shutdown,
-    };
-    let linger = if config.slots_scarce && !config.fold_outcomes {
-        SCARCE_LINGER
-    } else {
-        // When claims take ends along, what is left here is what no claim took: no hurry.
-        LINGER
-    };
-    loop {
-        // `alive` carries no messages: it disconnects once every executor has exited,
-        // after which no outcome can come any more.
-        let open = select! {
-            recv(outcomes.signal_rx) -> _ => true,
-            recv(alive) -> _ => false,
+/// What the completer thread works with.
+pub(crate) struct Completer<'a> {
+    pub(crate) config: &'a WorkerConfig,
+    pub(crate) outcomes: &'a Outcomes,
+    pub(crate) running: &'a Running,
+    pub(crate) doorbell: &'a Doorbell,
+    pub(crate) shutdown: &'a ShutdownHandle,
+    pub(crate) stats: &'a Stats,
+}
+
+impl Completer<'_> {
+    /// The completer thread: runs until every executor has exited (`alive` disconnects)
+    /// and everything left is written (or, long after shutdown, given up).
+    pub(crate) fn run(&self, alive: &Receiver<()>) {
+        let mut writer = Writer {
+            config: self.config,
+            conn: ConnSlot::new(&self.config.pool),
+            outcomes: self.outcomes,
+            running: self.running,
+            shutdown: self.shutdown,
+            stats: self.stats,
+            stopped_at: None,
         };
-        if open && !outcomes.requeue_waiting() {
-            // One sleep for the whole wait: waking per finished job would cost more than
-            // the write.
-            std::thread::sleep(linger);
-        }
-        // Everything waiting now; what comes during the writes is the next signal's.
-        let Pending { ends, requeues } = outcomes.take_all();
-        for chunk in ends.chunks(MAX_BATCH) {
-            writer.ends(chunk);
-        }
-        for requeue in &requeues {
-            writer.requeue(requeue);
-        }
-        if !(ends.is_empty() && requeues.is_empty()) {
-            // Slots are free now, before the NOTIFY of the deletion comes round.
-            doorbell.ring_if_wanted(Wake::Written);
-        }
-        if !open {
-            return;
+        let linger = if self.config.slots_scarce && !self.config.fold_outcomes {
+            SCARCE_LINGER
+        } else {
+            // When claims take ends along, what is left here is what no claim took: no
+            // hurry.
+            LINGER
+        };
+        let mut open = true;
+        let mut locked_since: Option<Instant> = None;
+        loop {
+            if open {
+                // `alive` carries no messages: it disconnects once every executor has
+                // exited, after which no outcome can come any more.
+                open = select! {
+                    recv(self.outcomes.signal_rx) -> _ => true,
+                    recv(alive) -> _ => false,
+                };
+            }
+            if open && !self.outcomes.urgent_waiting() {
+                // One sleep for the whole wait: waking per finished job would cost more
+                // than the write.
+                std::thread::sleep(linger);
+            }
+            // Everything waiting now; what comes during the writes is the next signal's.
+            let Pending {
+                ends,
+                requeues,
+                releases,
+            } = self.outcomes.take_all();
+            let wrote = !(ends.is_empty() && requeues.is_empty() && releases.is_empty());
+            for chunk in ends.chunks(MAX_BATCH) {
+                writer.ends(chunk);
+            }
+            for requeue in requeues {
+                writer.requeue(requeue);
+            }
+            if !releases.is_empty() {
+                writer.releases(releases);
+            }
+            if wrote {
+                // Slots are free now, before the NOTIFY of the deletion comes round.
+                self.doorbell.ring_if_wanted(Wake::Written);
+            }
+            let left = !lock(&self.outcomes.pending).is_empty();
+            if !left {
+                locked_since = None;
+            } else if self.shutdown.is_shutdown()
+                && locked_since
+                    .get_or_insert_with(Instant::now)
+                    .elapsed()
+                    > GIVE_UP_AFTER_SHUTDOWN
+            {
+                let Pending {
+                    ends,
+                    requeues,
+                    releases,
+                } = self.outcomes.take_all();
+                log::error!(
+                    "pgqueuer: giving up after shutdown on {} jobs whose rows another session \
+                     keeps locked; they are re-picked once stale",
+                    ends.len() + requeues.len() + releases.len()
+                );
+                self.running.remove(
+                    ends.iter()
+                        .map(|o| o.id)
+                        .chain(requeues.iter().map(|r| r.id))
+                        .chain(releases),
+                );
+                if !open {
+                    return;
+                }
+                continue;
+            }
+            if left {
+                // Rows locked by another session: look again in a moment (the token
+                // is set again only by new outcomes).
+                std::thread::sleep(LOCKED_RETRY / 10);
+                let _ = self.outcomes.signal_tx.try_send(());
+            } else if !open {
+                return;
+            }
         }
     }
+}
+
+/// How one write went.
+enum Attempt<T> {
+    Done(T),
+    /// The database refused the statement for what it carries: retrying it unchanged
+    /// cannot help.
+    Refused(Error),
+    /// Shutdown came and the database stayed out of reach for too long.
+    GaveUp,
 }
 
 /// The completer's connection and what its writes update.
 struct Writer<'a> {
     config: &'a WorkerConfig,
     conn: ConnSlot<'a>,
+    outcomes: &'a Outcomes,
     running: &'a Running,
     shutdown: &'a ShutdownHandle,
+    stats: &'a Stats,
+    /// When the completer first found shutdown requested while a write failed.
+    stopped_at: Option<Instant>,
 }
 
 impl Writer<'_> {
-    /// Writes ends in one statement; the rows are no longer held afterwards.
+    /// Writes ends in one statement; the rows written, or no longer ours, are no longer
+    /// held afterwards, and rows locked by others come back for the next round.
     fn ends(&mut self, ends: &[Outcome]) {
-        if let Some(written) = self.persist("outcomes", |claimer, c| claimer.complete(c, ends)) {
-            log::trace!("completed {} jobs in one statement", ends.len());
-            if written.len() < ends.len() {
-                for o in ends.iter().filter(|o| !written.contains(&o.id)) {
+        let attempt = self.attempt("outcomes", |claimer, c| {
+            claimer.complete_within(c, ends, LOCKED_RETRY)
+        });
+        match attempt {
+            Attempt::Done((written, locked)) => {
+                log::trace!("completed {} jobs in one statement", written.len());
+                for o in ends
+                    .iter()
+                    .filter(|o| !written.contains(&o.id) && !locked.contains(&o.id))
+                {
                     log::info!(
                         "job {} finished but was no longer held by this worker (cancelled or \
                          re-picked); its outcome {} was not written",
@@ -213,53 +343,208 @@ impl Writer<'_> {
                         o.status.as_str()
                     );
                 }
+                self.running
+                    .remove(ends.iter().map(|o| o.id).filter(|id| !locked.contains(id)));
+                let back = ends
+                    .iter()
+                    .filter(|o| locked.contains(&o.id))
+                    .cloned()
+                    .collect();
+                self.outcomes.hand_back(back, Vec::new(), Vec::new());
+            }
+            Attempt::Refused(e) if ends.len() > 1 => {
+                // Write the halves apart, down to the one outcome the database refuses.
+                log::debug!("writing {} outcomes apart after: {e}", ends.len());
+                let (left, right) = ends.split_at(ends.len() / 2);
+                self.ends(left);
+                self.ends(right);
+            }
+            Attempt::Refused(e) => self.refused(&ends[0], &e),
+            Attempt::GaveUp => self.running.remove(ends.iter().map(|o| o.id)),
+        }
+    }
+
+    /// One outcome the database will not store: record an `exception` (or, for a held
+    /// failure, `failed`) that says why, instead.
+    fn refused(&mut self, outcome: &Outcome, error: &Error) {
+        let status = if outcome.status == Status::Failed {
+            Status::Failed
+        } else {
+            Status::Exception
+        };
+        let quoted = outcome
+            .traceback
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), serde_json::Value::to_string);
+        let instead = Outcome {
+            id: outcome.id,
+            status,
+            traceback: Some(self.unwritable(
+                outcome.id,
+                &format!("its outcome {}", outcome.status.as_str()),
+                error,
+                &quoted,
+            )),
+        };
+        log::error!(
+            "pgqueuer: the outcome {} of job {} was refused by the database ({error}); \
+             recording {} with the reason instead",
+            outcome.status.as_str(),
+            outcome.id,
+            status.as_str()
+        );
+        let attempt = self.attempt("a refused outcome's replacement", |claimer, c| {
+            claimer.complete_within(c, std::slice::from_ref(&instead), LOCKED_RETRY)
+        });
+        match attempt {
+            Attempt::Done((_, locked)) if !locked.is_empty() => {
+                self.outcomes.hand_back(vec![instead], Vec::new(), Vec::new());
+            }
+            Attempt::Done(_) | Attempt::GaveUp => self.running.remove([outcome.id]),
+            Attempt::Refused(e) => {
+                log::error!(
+                    "pgqueuer: job {} cannot be ended at all ({e}); it stays picked and is \
+                     re-picked once its heartbeat is older than heartbeat_timeout",
+                    outcome.id
+                );
+                self.running.remove([outcome.id]);
             }
         }
-        self.running.remove(ends.iter().map(|o| o.id));
     }
 
-    fn requeue(&mut self, r: &Requeue) {
-        let owned = self.persist("a retry", |claimer, c| {
-            claimer.retry(c, r.id, r.delay, &r.traceback)
+    fn requeue(&mut self, r: Requeue) {
+        let attempt = self.attempt("a retry", |claimer, c| {
+            claimer.retry_within(c, r.id, r.delay, &r.traceback, LOCKED_RETRY)
         });
-        if owned == Some(false) {
-            log::warn!(
-                "job {} ({}) was no longer held by this worker when its retry was written",
-                r.id,
-                r.entrypoint
-            );
+        match attempt {
+            Attempt::Done(Some(owned)) => {
+                if !owned {
+                    log::warn!(
+                        "job {} ({}) was no longer held by this worker when its retry was \
+                         written",
+                        r.id,
+                        r.entrypoint
+                    );
+                }
+                self.running.remove([r.id]);
+            }
+            Attempt::Done(None) => self.outcomes.hand_back(Vec::new(), vec![r], Vec::new()),
+            Attempt::Refused(e) => {
+                let quoted = r.traceback.to_string();
+                let instead = Outcome {
+                    id: r.id,
+                    status: Status::Exception,
+                    traceback: Some(self.unwritable(r.id, "its retry", &e, &quoted)),
+                };
+                log::error!(
+                    "pgqueuer: the retry of job {} ({}) was refused by the database ({e}); \
+                     recording exception with the reason instead",
+                    r.id,
+                    r.entrypoint
+                );
+                self.ends(std::slice::from_ref(&instead));
+            }
+            Attempt::GaveUp => self.running.remove([r.id]),
         }
-        self.running.remove([r.id]);
     }
 
-    /// Runs `op` until it succeeds, retrying with backoff while the database is
-    /// unreachable: outcomes are never dropped while the worker runs. After shutdown it
-    /// gives up after a bounded time (`None`): the rows then go stale and are re-picked
-    /// (at-least-once).
-    fn persist<T>(
+    /// Gives unstarted jobs back to the queue, and tells every worker (an UPDATE sends
+    /// no notification of its own).
+    fn releases(&mut self, ids: Vec<JobId>) {
+        let settings = &self.config.settings;
+        let payload = Event::TableChanged(TableChanged::new(
+            &settings.channel,
+            Operation::Update,
+            &settings.queue_table,
+        ))
+        .to_json();
+        let attempt = self.attempt("releases", |claimer, c| {
+            let (released, locked) = claimer.release_within(c, &ids, LOCKED_RETRY)?;
+            if !released.is_empty() {
+                c.query_cached(
+                    crate::sql::CHANNEL_NOTIFY,
+                    &[
+                        (&settings.channel, postgres::types::Type::TEXT),
+                        (&payload, postgres::types::Type::TEXT),
+                    ],
+                )?;
+            }
+            Ok((released, locked))
+        });
+        match attempt {
+            Attempt::Done((released, locked)) => {
+                log::debug!("gave {} unstarted jobs back to the queue", released.len());
+                self.stats.released(released.len());
+                self.running
+                    .remove(ids.iter().copied().filter(|id| !locked.contains(id)));
+                self.outcomes.hand_back(Vec::new(), Vec::new(), locked);
+            }
+            Attempt::Refused(_) | Attempt::GaveUp => {
+                log::error!(
+                    "pgqueuer: {} unstarted jobs could not be given back; they are re-picked \
+                     once their heartbeat is older than heartbeat_timeout",
+                    ids.len()
+                );
+                self.running.remove(ids);
+            }
+        }
+    }
+
+    /// PgQueuer's traceback record for an outcome the database refused (`what`: "its
+    /// outcome successful", "its retry"), quoting what could not be written.
+    fn unwritable(&self, id: JobId, what: &str, error: &Error, quoted: &str) -> serde_json::Value {
+        let message = format!("{what} could not be written: {error}");
+        serde_json::json!({
+            "job_id": id,
+            "timestamp": format_time(SystemTime::now(), TimeStyle::Python),
+            "exception_type": "OutcomeNotWritten",
+            "exception_message": storable_text(&message, QUOTED_TRACEBACK),
+            "traceback": storable_text(
+                &format!("{message}\nwhat was refused: {quoted}"),
+                2 * QUOTED_TRACEBACK
+            ),
+            "additional_context": {
+                "queue_manager_id": self.config.claimer.worker_id().to_string(),
+            },
+        })
+    }
+
+    /// Runs `op` until it succeeds, retrying with backoff while the failure may pass:
+    /// outcomes are never dropped while the worker runs. Each failure logs at `error` and
+    /// counts. After shutdown it gives up after [`GIVE_UP_AFTER_SHUTDOWN`].
+    fn attempt<T>(
         &mut self,
         what: &str,
         mut op: impl FnMut(&Claimer, &mut PooledConn) -> crate::Result<T>,
-    ) -> Option<T> {
+    ) -> Attempt<T> {
         let claimer = &self.config.claimer;
         let mut backoff = Duration::from_millis(20);
-        let mut waited = Duration::ZERO;
         loop {
-            match self.conn.run(|c| op(claimer, c)) {
-                Ok(value) => return Some(value),
-                Err(e) => {
-                    log::warn!("pgqueuer could not write {what} (retrying in {backoff:?}): {e}");
-                    if self.shutdown.is_shutdown() && waited > Duration::from_secs(30) {
-                        log::error!(
-                            "giving up on {what} after shutdown; the jobs will be re-picked"
-                        );
-                        return None;
-                    }
-                    std::thread::sleep(backoff);
-                    waited += backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+            let e = match self.conn.run(|c| op(claimer, c)) {
+                Ok(value) => return Attempt::Done(value),
+                Err(e) => e,
+            };
+            let text = e.to_string();
+            self.stats.write_failed(&text);
+            let refused = match &e {
+                Error::Db(db) => sqlstate::refuses_statement(db),
+                Error::InvalidInput { .. } => true,
+                _ => false,
+            };
+            if refused {
+                log::error!("pgqueuer could not write {what}, which the database refuses: {text}");
+                return Attempt::Refused(e);
+            }
+            log::error!("pgqueuer could not write {what} (retrying in {backoff:?}): {text}");
+            if self.shutdown.is_shutdown() {
+                let since = *self.stopped_at.get_or_insert_with(Instant::now);
+                if since.elapsed() > GIVE_UP_AFTER_SHUTDOWN {
+                    log::error!("giving up on {what} after shutdown; the jobs will be re-picked");
+                    return Attempt::GaveUp;
                 }
             }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
     }
 }

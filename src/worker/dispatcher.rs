@@ -228,8 +228,11 @@ impl<'a> Dispatcher<'a> {
                 if n < take && !claim.lost_race && !config.claimer.is_capacity_gated() {
                     lead.quiet_until = Some(Instant::now() + MIN_POLL);
                 }
-                let mut jobs = std::mem::take(&mut claim.jobs);
-                self.register(&jobs);
+                let mut jobs = self.register(std::mem::take(&mut claim.jobs));
+                let n = jobs.len();
+                if n == 0 {
+                    continue;
+                }
                 // A lone job on an idle worker: rather than wake a thread for it (a
                 // wake-up on its way from enqueue to start), this thread runs it and the
                 // lead goes to the next free thread. A batch is handed over whole: its
@@ -348,8 +351,8 @@ impl<'a> Dispatcher<'a> {
                 }
                 match self.claim(&mut conn, take, false) {
                     Ok(claim) => {
-                        self.register(&claim.jobs);
-                        self.handoff.push(claim.jobs);
+                        let jobs = self.register(claim.jobs);
+                        self.handoff.push(jobs);
                     }
                     Err(e) => {
                         log::warn!("pgqueuer claim failed on the second connection: {e}");
@@ -447,12 +450,17 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Registers claimed jobs as held, before any of them can start.
-    fn register(&self, jobs: &[Job]) {
+    /// Registers claimed jobs as held, before any of them can start; returns those to
+    /// run. A job this worker already runs (re-picked as stale, see [`Running::add`]) is
+    /// left to its run, and the room reserved for it is given back.
+    fn register(&self, jobs: Vec<Job>) -> Vec<Job> {
         let registry = &self.config.registry;
-        self.running.add(jobs, |name| {
+        let claimed = jobs.len();
+        let fresh = self.running.add(jobs, |name| {
             registry.by_name.get(name).map_or(usize::MAX, |e| e.index)
         });
+        self.idle.release(claimed - fresh.len());
+        fresh
     }
 
     /// True when something rang that ends a quiet spell: new jobs (unless the limits

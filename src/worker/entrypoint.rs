@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::state::Stop;
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, check_entrypoint};
+use crate::time::{MAX_DELAY, check_duration};
 
 /// What a handler returns: `Ok(())` for success, or a [`JobError`].
 pub type HandlerResult = std::result::Result<(), JobError>;
@@ -179,7 +180,8 @@ impl RetryPolicy {
         let base = self.initial_delay.as_secs_f64() * self.multiplier.powi(exponent);
         let capped = base.min(self.max_delay.as_secs_f64());
         let spread = capped * self.jitter * (2.0 * unit - 1.0);
-        Some(Duration::from_secs_f64((capped + spread).max(0.0)))
+        let secs = (capped + spread).clamp(0.0, MAX_DELAY.as_secs_f64());
+        Some(Duration::try_from_secs_f64(secs).map_or(MAX_DELAY, |d| d.min(MAX_DELAY)))
     }
 
     fn validate(&self, entrypoint: &str) -> Result<()> {
@@ -197,6 +199,13 @@ impl RetryPolicy {
         }
         if self.initial_delay > self.max_delay {
             return bad("initial_delay must not exceed max_delay");
+        }
+        if self.max_delay > MAX_DELAY {
+            return bad(&format!(
+                "max_delay {:?} is longer than the longest delay allowed ({MAX_DELAY:?}, 1000 \
+                 years)",
+                self.max_delay
+            ));
         }
         Ok(())
     }
@@ -268,6 +277,10 @@ impl EntrypointOptions {
     }
 }
 
+/// The longest per-job timeout accepted (a year): the overrun warning comes at three
+/// times it, which must stay a reachable instant.
+const MAX_JOB_TIMEOUT: Duration = Duration::from_secs(365 * 86_400);
+
 /// A registered entrypoint.
 pub(crate) struct Entrypoint {
     pub(crate) handler: Handler,
@@ -299,6 +312,14 @@ impl Registry {
         }
         if let Some(policy) = &options.retry {
             policy.validate(&name)?;
+        }
+        if let Some(timeout) = options.timeout {
+            check_duration(
+                &format!("timeout of {name:?}"),
+                timeout,
+                Duration::from_millis(1),
+                MAX_JOB_TIMEOUT,
+            )?;
         }
         let index = self.order.len();
         self.order.push(name.clone());
@@ -338,11 +359,17 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    /// True once the handler should stop: the job was cancelled (a `cancellation_event`
-    /// named it), the worker's shutdown deadline passed, or the entrypoint's
-    /// [timeout](EntrypointOptions::timeout) did. A long handler should check it and
-    /// return early. The return value of a cancelled job's handler is ignored (the row is
-    /// already gone); a timed-out job is recorded as failed.
+    /// True once the handler should stop: the job was cancelled (its row deleted by
+    /// `cancel`, which a `cancellation_event` announces and the worker confirms against
+    /// the database), the entrypoint's [timeout](EntrypointOptions::timeout) passed, or
+    /// the worker's [shutdown deadline](crate::WorkerBuilder::shutdown_deadline) did. A
+    /// long handler should check it and return early.
+    ///
+    /// What the handler then returns decides the job's outcome, but for a cancelled job,
+    /// whose row is gone already (it is logged `canceled` by whoever cancelled it). After
+    /// a timeout the job is recorded as failed. After the shutdown deadline the outcome
+    /// is the one returned: return `Ok(())` only if the work is done, and an error or
+    /// [`Retry`] if it must run again ([`Context::shutting_down`] tells this case apart).
     pub fn is_cancelled(&self) -> bool {
         self.stop.should_stop()
     }
@@ -350,6 +377,14 @@ impl Context<'_> {
     /// True once the entrypoint's [timeout](EntrypointOptions::timeout) has passed.
     pub fn timed_out(&self) -> bool {
         self.stop.is_timed_out()
+    }
+
+    /// True once the worker's shutdown deadline has passed while this handler runs: the
+    /// worker wants to stop, and the job is not cancelled. Return `Err(Retry::after(..))`
+    /// to run it again elsewhere, or finish and return `Ok(())`; a handler that does not
+    /// return keeps its job picked (heartbeats go on) until it does.
+    pub fn shutting_down(&self) -> bool {
+        self.stop.is_shut_down()
     }
 
     /// The shared resources given to [`crate::WorkerBuilder::resources`], if they are a `T`.

@@ -14,8 +14,14 @@ use super::stats::Stats;
 use crate::claim::Outcome;
 use crate::error::chain;
 use crate::job::{Job, Status};
+use crate::shutdown::ShutdownHandle;
 use crate::telemetry;
-use crate::time::{TimeStyle, format_time, python_timedelta};
+use crate::job::storable_text;
+use crate::time::{MAX_DELAY, TimeStyle, format_time, python_timedelta};
+
+/// The most bytes of a handler's error message, traceback or retry reason written to
+/// the log row (a note says how many more there were).
+const MAX_TRACEBACK_TEXT: usize = 64 << 10;
 
 /// What running a job uses; shared by every thread.
 pub(crate) struct Executor<'a> {
@@ -27,6 +33,8 @@ pub(crate) struct Executor<'a> {
     pub(crate) stats: &'a Stats,
     /// Where jobs with a timeout are registered (`None`: no entrypoint has one).
     pub(crate) deadlines: Option<&'a Deadlines>,
+    /// Once shutdown is requested, a job that has not started goes back to the queue.
+    pub(crate) shutdown: &'a ShutdownHandle,
 }
 
 /// How a job ended, as the executor reports it.
@@ -40,6 +48,8 @@ enum Verdict {
         failure: Failure,
         reason: Option<String>,
     },
+    /// Not started (shutdown came first): back to the queue at once, no attempt counted.
+    Release,
 }
 
 impl Verdict {
@@ -48,6 +58,7 @@ impl Verdict {
         match self {
             Verdict::End(_, failure) => failure.as_ref(),
             Verdict::Requeue { failure, .. } => Some(failure),
+            Verdict::Release => None,
         }
         .map(|f| (f.type_name, f.message.as_str()))
     }
@@ -103,6 +114,14 @@ impl Executor<'_> {
                     traceback: self.traceback_json(job, &failure, Some((delay, reason.as_deref()))),
                 });
             }
+            Verdict::Release => {
+                log::debug!(
+                    "job {} ({}) not started before shutdown; giving it back to the queue",
+                    job.id,
+                    job.entrypoint
+                );
+                self.outcomes.release(job.id);
+            }
         }
     }
 
@@ -113,6 +132,11 @@ impl Executor<'_> {
         let stop = self.running.stop_of(job.id).unwrap_or_default();
         if stop.is_cancelled() {
             return canceled();
+        }
+        if self.shutdown.is_shutdown() {
+            // Claimed ahead (or just before the shutdown request) and not started: no
+            // handler has seen it, so it goes back to the queue for any worker.
+            return Verdict::Release;
         }
         let started = Instant::now();
         if let (Some(timeout), Some(deadlines)) = (entry.options.timeout, self.deadlines) {
@@ -140,6 +164,19 @@ impl Executor<'_> {
         self.stats.ran(entry.index, started.elapsed());
         let failure = match result {
             Ok(Ok(())) => None,
+            Ok(Err(JobError::Retry(retry))) if retry.delay > MAX_DELAY => Some(Failure {
+                type_name: "InvalidRetry",
+                message: format!(
+                    "the handler asked to retry after {:?}, longer than the longest delay \
+                     allowed ({MAX_DELAY:?}, 1000 years)",
+                    retry.delay
+                ),
+                traceback: format!(
+                    "Retry::after({:?}) with reason {:?}: the delay cannot be stored",
+                    retry.delay,
+                    retry.reason.as_deref().unwrap_or_default()
+                ),
+            }),
             Ok(Err(JobError::Retry(retry))) => {
                 let reason = retry.reason.as_deref().unwrap_or_default();
                 return Verdict::Requeue {
@@ -237,14 +274,16 @@ impl Executor<'_> {
         if let Some((delay, reason)) = retry {
             context["attempt"] = job.attempts.into();
             context["retry_delay"] = python_timedelta(delay).into();
-            context["reason"] = reason.map_or(serde_json::Value::Null, Into::into);
+            context["reason"] = reason.map_or(serde_json::Value::Null, |r| {
+                storable_text(r, MAX_TRACEBACK_TEXT).into()
+            });
         }
         serde_json::json!({
             "job_id": job.id,
             "timestamp": format_time(SystemTime::now(), TimeStyle::Python),
             "exception_type": failure.type_name,
-            "exception_message": failure.message,
-            "traceback": failure.traceback,
+            "exception_message": storable_text(&failure.message, MAX_TRACEBACK_TEXT),
+            "traceback": storable_text(&failure.traceback, MAX_TRACEBACK_TEXT),
             "additional_context": context,
         })
     }

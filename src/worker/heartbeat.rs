@@ -12,6 +12,10 @@ use super::limits;
 use super::state::{ConnSlot, Running};
 use super::stats::Stats;
 
+/// How long a beat retries rows another session holds locked before it leaves them for
+/// the next beat.
+const LOCKED_WAIT: Duration = Duration::from_millis(100);
+
 /// Runs until every executor has exited (`alive` disconnects).
 pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive: &Receiver<()>) {
     let limits = &stats.limits;
@@ -47,8 +51,17 @@ pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive
         if ids.is_empty() {
             continue;
         }
-        match conn.run(|c| config.claimer.heartbeat(c, &ids)) {
-            Ok(refreshed) => {
+        // The probe first: the beat's statement waits on a silent connection until the
+        // network deadline (`tcp_user_timeout`, 30 s by default), as long as a heartbeat
+        // timeout, while a probe gives up within `probe`. A row another session keeps
+        // locked is retried for a moment only, and left for the next beat.
+        let probe = crate::connect::PROBE_TIMEOUT.min(interval / 2);
+        let beat = conn.run(|c| {
+            c.client().is_valid(probe)?;
+            config.claimer.heartbeat_within(c, &ids, LOCKED_WAIT)
+        });
+        match beat {
+            Ok((refreshed, locked)) => {
                 log::trace!(
                     "heartbeat: {} of {} held jobs refreshed",
                     refreshed.len(),
@@ -59,9 +72,13 @@ pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive
                 // stop. This also reaches handlers when no NOTIFY can (no LISTEN).
                 let lost: Vec<_> = ids
                     .iter()
-                    .filter(|id| !refreshed.contains(id))
+                    .filter(|id| !refreshed.contains(id) && !locked.contains(id))
                     .copied()
                     .collect();
+                if !locked.is_empty() {
+                    log::debug!("heartbeat: rows locked by another session, next beat: {locked:?}");
+                    next_beat = Instant::now() + retry;
+                }
                 if !lost.is_empty() && running.cancel(&lost) > 0 {
                     log::debug!("held jobs no longer ours, asked to stop: {lost:?}");
                 }

@@ -20,6 +20,11 @@ const POLL: Duration = Duration::from_millis(250);
 const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
 /// How long the echo of a health check may take before the connection is presumed dead.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a `cancellation_event` for a job whose row still exists is looked at again
+/// (PgQueuer deletes the rows and sends the event in two transactions, in either order):
+/// past it the event is ignored, and a later deletion reaches the handler through the
+/// heartbeat.
+const CONFIRM_WINDOW: Duration = Duration::from_secs(2);
 
 /// What the listener works with.
 struct Listener<'a> {
@@ -28,6 +33,8 @@ struct Listener<'a> {
     listen: &'a postgres::Config,
     doorbell: &'a Doorbell,
     running: &'a Running,
+    /// Which of a list of ids this worker still owns (`sql::claim::queue_owned`).
+    owned_sql: String,
 }
 
 /// Runs until every executor has exited (`alive` disconnects).
@@ -46,6 +53,7 @@ pub(crate) fn run(
         listen,
         doorbell,
         running,
+        owned_sql: sql::claim::queue_owned(&config.settings),
     };
     let finished = || matches!(alive.try_recv(), Err(TryRecvError::Disconnected));
     let mut backoff = Duration::from_millis(50);
@@ -84,8 +92,15 @@ impl Listener<'_> {
         Ok(client)
     }
 
-    /// Acts on one notification payload.
-    fn handle(&self, payload: &str, probe: &mut Option<(uuid::Uuid, Instant)>) {
+    /// Acts on one notification payload. Cancellations of held jobs are not acted on
+    /// here: they go to `unconfirmed`, to be checked against the database (any role may
+    /// send a NOTIFY on the channel, so an event alone never stops a handler).
+    fn handle(
+        &self,
+        payload: &str,
+        probe: &mut Option<(uuid::Uuid, Instant)>,
+        unconfirmed: &mut Vec<(i64, Instant)>,
+    ) {
         match Event::parse(payload) {
             Ok(Event::TableChanged(change)) => {
                 // New or requeued jobs always matter. A delete can only matter by freeing a
@@ -100,9 +115,11 @@ impl Listener<'_> {
                 }
             }
             Ok(Event::Cancellation(c)) => {
-                let held = self.running.cancel(&c.ids);
-                if held > 0 {
-                    log::debug!("{held} held jobs cancelled among {:?}", c.ids);
+                let until = Instant::now() + CONFIRM_WINDOW;
+                for id in self.running.held_among(&c.ids) {
+                    if !unconfirmed.iter().any(|(held, _)| *held == id) {
+                        unconfirmed.push((id, until));
+                    }
                 }
             }
             Ok(Event::HealthCheck(h)) => {
@@ -118,10 +135,47 @@ impl Listener<'_> {
         }
     }
 
+    /// Cancels the unconfirmed jobs whose rows are gone or no longer this worker's, and
+    /// keeps the others until their window ends.
+    fn confirm(
+        &self,
+        client: &mut Client,
+        unconfirmed: &mut Vec<(i64, Instant)>,
+    ) -> Result<(), postgres::Error> {
+        if unconfirmed.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = unconfirmed.iter().map(|(id, _)| *id).collect();
+        let owned: Vec<i64> = client
+            .query(&self.owned_sql, &[&ids, &self.config.claimer.worker_id()])?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let gone: Vec<i64> = ids.iter().copied().filter(|id| !owned.contains(id)).collect();
+        if !gone.is_empty() {
+            let held = self.running.cancel(&gone);
+            log::debug!("{held} held jobs cancelled (rows deleted): {gone:?}");
+        }
+        let now = Instant::now();
+        unconfirmed.retain(|(id, until)| {
+            let keep = owned.contains(id) && *until > now;
+            if owned.contains(id) && !keep {
+                log::info!(
+                    "pgqueuer listener ignored a cancellation_event for job {id}: its row still \
+                     exists and is this worker's (a NOTIFY anyone can send is not a \
+                     cancellation; cancel deletes the row)"
+                );
+            }
+            keep
+        });
+        Ok(())
+    }
+
     /// Serves one connection until it fails (`Err`) or the worker is finished (`Ok`).
     fn listen(&self, client: &mut Client, finished: &dyn Fn() -> bool) -> Result<(), String> {
         let channel = self.config.settings.channel.clone();
         let mut probe: Option<(uuid::Uuid, Instant)> = None;
+        let mut unconfirmed: Vec<(i64, Instant)> = Vec::new();
         let mut last_probe = Instant::now();
         let interval = health_interval(self.listen);
         while !finished() {
@@ -133,14 +187,20 @@ impl Listener<'_> {
                 // after POLL of steady traffic) to check for shutdown and run health checks.
                 loop {
                     match it.next() {
-                        Ok(Some(n)) => self.handle(n.payload(), &mut probe),
+                        Ok(Some(n)) => self.handle(n.payload(), &mut probe, &mut unconfirmed),
                         Ok(None) => break,
                         Err(e) => return Err(chain(&e).to_string()),
                     }
-                    if started.elapsed() >= POLL {
+                    // A cancellation is confirmed at once (the connection is free only
+                    // outside this loop).
+                    if started.elapsed() >= POLL || !unconfirmed.is_empty() {
                         break;
                     }
                 }
+            }
+            if !client.is_closed() {
+                self.confirm(client, &mut unconfirmed)
+                    .map_err(|e| format!("cannot confirm a cancellation: {}", chain(&e)))?;
             }
             if client.is_closed() {
                 return Err("connection closed".into());

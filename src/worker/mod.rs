@@ -40,7 +40,7 @@ use crate::connect::Pool;
 use crate::error::{Error, Result};
 use crate::shutdown::ShutdownHandle;
 use builder::WorkerConfig;
-use completer::Outcomes;
+use completer::{Completer, Outcomes};
 use deadlines::Deadlines;
 use dispatcher::{Dispatcher, SecondLane};
 use executor::Executor;
@@ -191,6 +191,7 @@ impl Worker {
             outcomes: &outcomes,
             stats,
             deadlines: deadlines.as_ref(),
+            shutdown,
         };
         // Each lane holds a sender: the threads learn from the disconnection that no job
         // can be handed over any more.
@@ -254,16 +255,16 @@ impl Worker {
                     deadlines.run(alive);
                 }));
             }
-            let outcomes_ref = &outcomes;
+            let completer = Completer {
+                config,
+                outcomes: &outcomes,
+                running: &running,
+                doorbell: &doorbell,
+                shutdown,
+                stats,
+            };
             handles.push(spawn_named(scope, "pgqueuer-complete".into(), move || {
-                completer::run(
-                    config,
-                    outcomes_ref,
-                    running_ref,
-                    doorbell_ref,
-                    shutdown,
-                    alive,
-                );
+                completer.run(alive);
             }));
             enforce_deadline(config, shutdown, &running, &alive_rx);
             handles.into_iter().filter_map(|h| h.join().err()).count()
@@ -284,7 +285,8 @@ impl Worker {
     }
 }
 
-/// Waits for shutdown, then, past the deadline, flags every held job as cancelled.
+/// Waits for shutdown, then, past the deadline, tells every running handler to stop
+/// ([`state::Stop::shut_down`]; not a cancellation: the outcome stays the handler's).
 fn enforce_deadline(
     config: &WorkerConfig,
     shutdown: &ShutdownHandle,
@@ -297,9 +299,11 @@ fn enforce_deadline(
     };
     // `alive` disconnects when every executor has exited.
     if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = alive.recv_timeout(deadline) {
-        let held = running.cancel_all();
+        let held = running.shut_down_all();
         log::warn!(
-            "shutdown deadline of {deadline:?} passed with {held} jobs still held; asking their handlers to stop"
+            "shutdown deadline of {deadline:?} passed with {held} jobs still held; asking \
+             their handlers to stop (each keeps its job until it returns, and gets the \
+             outcome it returns)"
         );
     }
 }

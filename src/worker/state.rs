@@ -360,6 +360,11 @@ impl Handoff {
 }
 
 /// Why a held job's handler should stop, as it sees it through its `Context`.
+///
+/// The reasons are kept apart because they end a job differently: only a cancellation
+/// (the job's row deleted by `cancel`, confirmed against the database) records
+/// `canceled`; a timeout records a `TimeoutError`; after the shutdown deadline a
+/// handler that returns gets the outcome it returned.
 #[derive(Debug, Default)]
 pub(crate) struct Stop(AtomicU8);
 
@@ -367,10 +372,17 @@ impl Stop {
     const CANCELLED: u8 = 1;
     const TIMED_OUT: u8 = 2;
     const ENDED: u8 = 4;
+    const SHUTDOWN: u8 = 8;
 
-    /// A `cancellation_event` named the job, or the shutdown deadline passed.
+    /// The job was cancelled: its row is gone (a `cancellation_event` named it and the
+    /// database confirmed it, or a heartbeat found the row no longer ours).
     pub(crate) fn cancel(&self) {
         self.0.fetch_or(Self::CANCELLED, Ordering::SeqCst);
+    }
+
+    /// The worker's shutdown deadline passed while the handler ran.
+    pub(crate) fn shut_down(&self) {
+        self.0.fetch_or(Self::SHUTDOWN, Ordering::SeqCst);
     }
 
     /// The job's timeout passed; false (and nothing set) once its handler has returned.
@@ -392,9 +404,13 @@ impl Stop {
         self.0.load(Ordering::SeqCst) & Self::TIMED_OUT != 0
     }
 
-    /// Cancelled or timed out: the handler should return.
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::SHUTDOWN != 0
+    }
+
+    /// Cancelled, timed out or shut down: the handler should return.
     pub(crate) fn should_stop(&self) -> bool {
-        self.0.load(Ordering::SeqCst) & (Self::CANCELLED | Self::TIMED_OUT) != 0
+        self.0.load(Ordering::SeqCst) & (Self::CANCELLED | Self::TIMED_OUT | Self::SHUTDOWN) != 0
     }
 
     pub(crate) fn has_ended(&self) -> bool {
@@ -421,16 +437,36 @@ impl Running {
         lock(&self.0)
     }
 
-    /// Holds `jobs`; `index` gives each one's entrypoint position.
-    pub(crate) fn add(&self, jobs: &[Job], index: impl Fn(&str) -> usize) {
+    /// Holds `jobs`; `index` gives each one's entrypoint position. Returns the jobs that
+    /// were not held already: a job this worker still holds can come back from a claim
+    /// as a stale re-pick (its heartbeat lagged past the timeout while its handler ran,
+    /// and the claim statement re-picks stale rows of any worker, this one included, as
+    /// PgQueuer's does). Its running handler keeps it: running it a second time beside
+    /// the first would break the limits and the handler's own assumptions.
+    pub(crate) fn add(&self, jobs: Vec<Job>, index: impl Fn(&str) -> usize) -> Vec<Job> {
         let mut map = self.map();
+        let mut fresh = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let held = Held {
-                stop: Arc::new(Stop::default()),
-                entrypoint: index(&job.entrypoint),
-            };
-            map.insert(job.id, held);
+            match map.entry(job.id) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    log::warn!(
+                        "pgqueuer: job {} ({}) was re-picked as stale while this worker still \
+                         holds it (its heartbeat lagged past heartbeat_timeout); it stays with \
+                         the run already under way",
+                        job.id,
+                        job.entrypoint
+                    );
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(Held {
+                        stop: Arc::new(Stop::default()),
+                        entrypoint: index(&job.entrypoint),
+                    });
+                    fresh.push(job);
+                }
+            }
         }
+        fresh
     }
 
     /// How many jobs of each of `n` entrypoints are held, leaving out `except`.
@@ -472,13 +508,20 @@ impl Running {
             .count()
     }
 
-    /// Cancels every held job; returns how many.
-    pub(crate) fn cancel_all(&self) -> usize {
+    /// Tells every held job's handler that the shutdown deadline has passed; returns
+    /// how many jobs are held.
+    pub(crate) fn shut_down_all(&self) -> usize {
         let map = self.map();
         for held in map.values() {
-            held.stop.cancel();
+            held.stop.shut_down();
         }
         map.len()
+    }
+
+    /// The ids among `ids` that this worker holds.
+    pub(crate) fn held_among(&self, ids: &[JobId]) -> Vec<JobId> {
+        let map = self.map();
+        ids.iter().copied().filter(|id| map.contains_key(id)).collect()
     }
 
     pub(crate) fn ids(&self) -> Vec<JobId> {

@@ -29,6 +29,8 @@ pub struct RunSummary {
     pub retried: u64,
     /// Jobs cancelled while claimed or running.
     pub cancelled: u64,
+    /// Jobs claimed and given back to the queue unstarted at shutdown.
+    pub released: u64,
 }
 
 /// The metric names the `metrics` feature records (the README has them in a table).
@@ -45,6 +47,8 @@ pub(crate) mod names {
     pub(crate) const JOBS_RUNNING: &str = "pgqueuer_jobs_running";
     pub(crate) const THREADS_IDLE: &str = "pgqueuer_threads_idle";
     pub(crate) const SLOTS_HELD: &str = "pgqueuer_slots_held";
+    pub(crate) const JOBS_RELEASED: &str = "pgqueuer_jobs_released_total";
+    pub(crate) const WRITE_FAILURES: &str = "pgqueuer_outcome_write_failures_total";
 }
 
 /// Labels of one figure: `entrypoint`, and `status` for ended jobs.
@@ -226,6 +230,11 @@ pub(crate) struct Stats {
     deadlocks: Count,
     running: Level,
     idle_threads: Level,
+    released: Count,
+    /// Statements writing outcomes that failed (each attempt counts).
+    write_failures: Count,
+    /// The last such failure, for [`WorkerStats::last_write_failure`].
+    last_write_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl Stats {
@@ -256,7 +265,21 @@ impl Stats {
             deadlocks: Count::new(names::DEADLOCKS_RETRIED, &[]),
             running: Level::new(names::JOBS_RUNNING, &[]),
             idle_threads: Level::new(names::THREADS_IDLE, &[]),
+            released: Count::new(names::JOBS_RELEASED, &[]),
+            write_failures: Count::new(names::WRITE_FAILURES, &[]),
+            last_write_failure: std::sync::Mutex::new(None),
         }
+    }
+
+    /// `n` unstarted jobs went back to the queue at shutdown.
+    pub(crate) fn released(&self, n: usize) {
+        self.released.add(n as u64);
+    }
+
+    /// A statement writing outcomes failed with `error`.
+    pub(crate) fn write_failed(&self, error: &str) {
+        self.write_failures.add(1);
+        *super::state::lock(&self.last_write_failure) = Some(error.to_owned());
     }
 
     fn of(&self, entrypoint: &str) -> Option<&PerEntrypoint> {
@@ -342,6 +365,7 @@ impl Stats {
             summary.retried += e.retried.get();
             summary.cancelled += e.canceled.get();
         }
+        summary.released = self.released.get();
         summary
     }
 }
@@ -396,6 +420,16 @@ fn describe() {
         names::THREADS_IDLE,
         Unit::Count,
         "Executor threads idle and not promised a job."
+    );
+    describe_counter!(
+        names::JOBS_RELEASED,
+        Unit::Count,
+        "Jobs claimed and given back to the queue unstarted at shutdown."
+    );
+    describe_counter!(
+        names::WRITE_FAILURES,
+        Unit::Count,
+        "Statements writing job outcomes that failed (each attempt counts)."
     );
     describe_gauge!(
         names::SLOTS_HELD,
@@ -460,6 +494,13 @@ pub struct WorkerStats {
     pub running: u64,
     /// Executor threads idle and not promised a job at the last claim.
     pub idle_threads: u64,
+    /// Statements writing job outcomes that failed (each attempt counts; the completer
+    /// retries, or writes the others apart and records the one it cannot write as an
+    /// exception). Growing while jobs finish means outcomes are not reaching the
+    /// database.
+    pub outcome_write_failures: u64,
+    /// The error of the last such failure.
+    pub last_write_failure: Option<String>,
     /// Per entrypoint, in registration order.
     pub entrypoints: Vec<EntrypointStats>,
     /// Each limited entrypoint: this worker's limit, the slots in use at the last look,
@@ -490,6 +531,8 @@ impl StatsHandle {
             deadlocks_retried: s.deadlocks.get(),
             running: s.running.get(),
             idle_threads: s.idle_threads.get(),
+            outcome_write_failures: s.write_failures.get(),
+            last_write_failure: super::state::lock(&s.last_write_failure).clone(),
             entrypoints: s
                 .entrypoints
                 .iter()
