@@ -464,9 +464,7 @@ pub(crate) fn redact_dsn(dsn: &str) -> String {
     let mut out = dsn.to_owned();
     if let Some(scheme_end) = out.find("://") {
         let rest = scheme_end + 3;
-        let authority_end = out[rest..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| rest + i);
+        let authority_end = out[rest..].find(['/', '?']).map_or(out.len(), |i| rest + i);
         if let Some(at) = out[rest..authority_end].rfind('@') {
             let userinfo = &out[rest..rest + at];
             if let Some(colon) = userinfo.find(':') {
@@ -841,7 +839,10 @@ mod tests {
             ..ConnectOptions::default()
         };
         let debug = format!("{options:?}");
-        assert!(!debug.contains("s3cr3t") && debug.contains("app:***@db"), "{debug}");
+        assert!(
+            !debug.contains("s3cr3t") && debug.contains("app:***@db"),
+            "{debug}"
+        );
     }
 
     #[test]

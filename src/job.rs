@@ -291,7 +291,10 @@ pub(crate) fn storable_text(text: &str, max_bytes: usize) -> std::borrow::Cow<'_
     }
     let mut out = text[..cut].replace('\0', "\\u0000");
     if cut < text.len() {
-        out.push_str(&format!(" [... {} more bytes not stored]", text.len() - cut));
+        out.push_str(&format!(
+            " [... {} more bytes not stored]",
+            text.len() - cut
+        ));
     }
     std::borrow::Cow::Owned(out)
 }

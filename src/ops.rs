@@ -177,8 +177,9 @@ pub fn slots_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Re
         .collect()
 }
 
-/// A [`limit_audit`] resolution that covers a commit or a short lock wait: overlaps of
-/// one slot's runs shorter than this are artefacts of when the log's times are taken.
+/// A [`limit_audit`] resolution for its clock sweep that covers a commit or a short lock
+/// wait: overlaps of one slot's runs by the log's timestamps shorter than this are not
+/// counted in [`AuditedEntrypoint::clock_peak`].
 pub const AUDIT_RESOLUTION: Duration = Duration::from_millis(10);
 
 /// What [`limit_audit`] found in the log.
@@ -189,6 +190,10 @@ pub struct LimitAudit {
     pub since: SystemTime,
     /// How many log rows the audit read (the window's, of the entrypoint asked for).
     pub rows_read: u64,
+    /// Whether the log's ids follow the order its rows were written in (its id sequence
+    /// hands out one id at a time, as PgQueuer creates it). When false, `peak` is the
+    /// clock's peak and may count overlaps that did not happen.
+    pub log_order_reliable: bool,
     /// One row per entrypoint with a run in the window, by name.
     pub entrypoints: Vec<AuditedEntrypoint>,
 }
@@ -199,11 +204,20 @@ pub struct LimitAudit {
 pub struct AuditedEntrypoint {
     /// The entrypoint.
     pub entrypoint: String,
-    /// The most of its jobs picked at the same instant in the window: at most its
-    /// concurrency limit, if the limit held.
+    /// The most of its jobs that were certainly picked at once in the window, swept in
+    /// the order the log was written: at most its concurrency limit if the limit held.
+    /// Overlaps shorter than a commit (the time between an end's log row and its commit)
+    /// can be missed; none is invented.
     pub peak: u64,
-    /// When that peak was first reached.
+    /// When that peak was first reached (the log time of the pick that reached it).
     pub peak_at: SystemTime,
+    /// The most of its jobs picked at once by the log's timestamps. These are the start
+    /// times of the transactions that wrote the rows, so a claim that waited for a slot,
+    /// or a transaction begun before its statement, can make runs of one slot overlap:
+    /// above `peak`, the excess is within the clock's resolution, not a breach.
+    pub clock_peak: u64,
+    /// When the clock's peak was first reached.
+    pub clock_peak_at: SystemTime,
     /// Runs seen in the window (each pick of a job, up to its next transition).
     pub runs: u64,
     /// The highest slot a picked job of it holds now, if any.
@@ -405,19 +419,22 @@ pub fn queue_age<C: GenericClient>(client: &mut C, settings: &Settings) -> Resul
 }
 
 /// Audits concurrency limits after the fact: for each entrypoint (or only
-/// `entrypoint`), the most of its jobs that were picked at the same instant over the last
-/// `window`, computed from the log rows that PgQueuer's workers and ours write (each
-/// pick, and each job's next transition), next to the highest slot in use now.
+/// `entrypoint`), the most of its jobs that were picked at once over the last `window`,
+/// computed from the log rows that PgQueuer's workers and ours write (each pick, and
+/// each job's next transition), next to the highest slot in use now.
 ///
-/// A limit held when `peak` never exceeds it. The log's times are those of the start of
-/// each statement: a pick is logged when its claim began, and a claim may wait there for
-/// another transaction's commit before it takes the slot that commit frees, while an
-/// outcome is logged before its commit frees the slot. Runs of one slot can therefore
-/// appear to overlap by the length of a commit or a lock wait; overlaps shorter than
-/// `resolution` are not counted ([`AUDIT_RESOLUTION`] is a good value). The scan reads
-/// the window's log rows through the log's `created` index, and
-/// [`LimitAudit::rows_read`] says how many; rows already pruned ([`prune_log`]) are not
-/// seen.
+/// A limit held when [`AuditedEntrypoint::peak`] never exceeds it. The peak is swept in
+/// the order the log was written (by log id), which cannot show two holders of one slot
+/// at once: a claim's pick row is written after its slot is taken, which is after the
+/// commit of the end that freed the slot, which is after that end's row. The log's
+/// timestamps cannot tell that order: they are the start times of the transactions that
+/// wrote them, and a claim that waited for a slot (or a Python transaction begun before
+/// its claim) is stamped before the end it waited for. Their sweep is reported apart
+/// ([`AuditedEntrypoint::clock_peak`], ignoring overlaps shorter than `resolution`;
+/// [`AUDIT_RESOLUTION`] is a good value): a clock peak above the peak is within the
+/// clock's resolution, not a breach. The scan reads the window's log rows through the
+/// log's `created` index, and [`LimitAudit::rows_read`] says how many; rows already
+/// pruned ([`prune_log`]) are not seen.
 ///
 /// # Errors
 /// [`Error::InvalidInput`] naming `window` or `resolution` when it does not fit an
@@ -432,6 +449,13 @@ pub fn limit_audit<C: GenericClient>(
     settings.validate()?;
     let window_us = micros_of("window", window)?;
     let resolution_us = micros_of("resolution", resolution)?;
+    let log = settings.qualify(&settings.queue_table_log);
+    let cache: Option<i64> =
+        connect::query_alone(client, sql::LOG_ID_CACHE, &[(&log, Type::TEXT)])?
+            .first()
+            .map(|row| row.try_get(0))
+            .transpose()?;
+    let log_order_reliable = cache.is_none_or(|c| c <= 1);
     let rows = connect::query_alone(
         client,
         &sql::log_limit_audit(settings),
@@ -451,19 +475,30 @@ pub fn limit_audit<C: GenericClient>(
         return Ok(LimitAudit {
             since: SystemTime::now() - window,
             rows_read: u64::try_from(count).unwrap_or(0),
+            log_order_reliable,
             entrypoints: Vec::new(),
         });
     };
     Ok(LimitAudit {
         since: first.try_get("since")?,
         rows_read: count_of(first, "rows_read")?,
+        log_order_reliable,
         entrypoints: rows
             .iter()
             .map(|row| {
+                let clock_peak = count_of(row, "clock_peak")?;
+                let clock_peak_at = row.try_get("clock_peak_at")?;
+                let (peak, peak_at) = if log_order_reliable {
+                    (count_of(row, "peak")?, row.try_get("peak_at")?)
+                } else {
+                    (clock_peak, clock_peak_at)
+                };
                 Ok(AuditedEntrypoint {
                     entrypoint: row.try_get("entrypoint")?,
-                    peak: count_of(row, "peak")?,
-                    peak_at: row.try_get("peak_at")?,
+                    peak,
+                    peak_at,
+                    clock_peak,
+                    clock_peak_at,
                     runs: count_of(row, "runs")?,
                     highest_slot: row.try_get("highest_slot")?,
                 })

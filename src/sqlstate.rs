@@ -110,7 +110,9 @@ mod tests {
         for code in ["22P05", "54000", "23502", "42P01", "22021"] {
             assert!(refusing_class(code), "{code}");
         }
-        for code in ["57014", "40001", "40P01", "25006", "53100", "08006", "57P01", "XX000"] {
+        for code in [
+            "57014", "40001", "40P01", "25006", "53100", "08006", "57P01", "XX000",
+        ] {
             assert!(!refusing_class(code), "{code}");
         }
     }

@@ -193,19 +193,16 @@ pub(crate) fn queue_select_stale(s: &Settings) -> String {
     )
 }
 
-/// The limit audit: per entrypoint (all, or `$2 text` alone), the most jobs picked at
-/// the same instant over the last `$1` microseconds, read from the log rows of that
-/// window (the `created` index bounds the scan), with each run's end moved `$3`
-/// microseconds earlier (the resolution: overlaps shorter than it are not counted).
+/// The limit audit (see `ops::limit_audit`): per entrypoint with a run in the window
+/// (`$1` microseconds back; `$2` one entrypoint or NULL; `$3` the clock resolution in
+/// microseconds), the most runs open at once swept in the order the log was written
+/// (`peak`, `peak_at`) and by the log's timestamps (`clock_peak`, `clock_peak_at`).
 ///
-/// Each `picked` row opens a run of its job that lasts until the job's next log row (its
-/// outcome, a `queued` retry, or a `picked` re-pick after a crash, which keeps the slot);
-/// a job whose first row in the window is an outcome was running since before the window
-/// starts; a run with no later row is running now. The sweep counts +1 at each start and
-/// -1 at each end, ends first at equal times (a claim that ends a job and starts the next
-/// in one statement logs both at one instant). Returns per entrypoint: `peak`,
-/// `peak_at`, `runs`, `rows_read` (the whole window's, on every row), `since`, and
-/// `highest_slot`, the highest slot held by a picked job now.
+/// A run is a pick up to the job's next log row. In log order a slot's next holder is
+/// always written after its last holder's end: its pick row is inserted after its slot
+/// index entry, which waits for (or sees) the commit of the end that freed the seat,
+/// whose row was inserted before that commit. So the sweep by log id never shows two
+/// runs of one slot at once, while the timestamps (transaction starts) can.
 pub(crate) fn log_limit_audit(s: &Settings) -> String {
     let log = s.qualify(&s.queue_table_log);
     let queue = s.qualify(&s.queue_table);
@@ -217,45 +214,63 @@ rows AS (
       FROM {log} l, win
      WHERE l.created >= win.since AND ($2::text IS NULL OR l.entrypoint = $2::text)
 ),
+bounds AS (SELECT min(id) - 1 AS first, max(id) + 1 AS last FROM rows),
 seq AS (
-    SELECT entrypoint, status, created,
+    SELECT entrypoint, status, id, created,
+           lead(id) OVER w AS next_id,
            lead(created) OVER w AS next_at,
            row_number() OVER w AS n
       FROM rows
-    WINDOW w AS (PARTITION BY job_id ORDER BY created, id)
+    WINDOW w AS (PARTITION BY job_id ORDER BY id)
 ),
 runs AS (
-    SELECT entrypoint, created AS t0, coalesce(next_at, (SELECT until FROM win)) AS t1
+    SELECT entrypoint, id AS i0, coalesce(next_id, (SELECT last FROM bounds)) AS i1,
+           created AS t0, coalesce(next_at, (SELECT until FROM win)) AS t1
       FROM seq WHERE status = 'picked'
     UNION ALL
-    SELECT entrypoint, (SELECT since FROM win), created
+    SELECT entrypoint, (SELECT first FROM bounds), id, (SELECT since FROM win), created
       FROM seq WHERE n = 1 AND status NOT IN ('picked', 'queued')
 ),
-events AS (
-    SELECT entrypoint, t0 AS t, 1 AS d FROM runs
-    UNION ALL
-    SELECT entrypoint, greatest(t0, t1 - {resolution}), -1 FROM runs
+by_order AS (
+    SELECT entrypoint, k, at,
+           sum(d) OVER (PARTITION BY entrypoint ORDER BY k, d ROWS UNBOUNDED PRECEDING) AS running
+      FROM (SELECT entrypoint, i0 AS k, 1 AS d, t0 AS at FROM runs
+            UNION ALL
+            SELECT entrypoint, i1, -1, t1 FROM runs) e
 ),
-sweep AS (
+by_clock AS (
     SELECT entrypoint, t,
            sum(d) OVER (PARTITION BY entrypoint ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS running
-      FROM events
+      FROM (SELECT entrypoint, t0 AS t, 1 AS d FROM runs
+            UNION ALL
+            SELECT entrypoint, greatest(t0, t1 - {resolution}), -1 FROM runs) e
 ),
-peaks AS (
+order_peaks AS (
+    SELECT DISTINCT ON (entrypoint) entrypoint, running AS peak, at AS peak_at
+      FROM by_order ORDER BY entrypoint, running DESC, k
+),
+clock_peaks AS (
     SELECT DISTINCT ON (entrypoint) entrypoint, running AS peak, t AS peak_at
-      FROM sweep ORDER BY entrypoint, running DESC, t
+      FROM by_clock ORDER BY entrypoint, running DESC, t
 )
 SELECT p.entrypoint, p.peak::bigint AS peak, p.peak_at,
+       c.peak::bigint AS clock_peak, c.peak_at AS clock_peak_at,
        (SELECT count(*) FROM runs r WHERE r.entrypoint = p.entrypoint) AS runs,
        (SELECT count(*) FROM rows) AS rows_read,
        (SELECT since FROM win) AS since,
        (SELECT slot FROM {queue} q WHERE q.entrypoint = p.entrypoint AND q.status = 'picked'::{status}
            AND q.slot IS NOT NULL ORDER BY q.slot DESC LIMIT 1) AS highest_slot
-  FROM peaks p ORDER BY p.entrypoint",
+  FROM order_peaks p JOIN clock_peaks c ON c.entrypoint = p.entrypoint
+ ORDER BY p.entrypoint",
         window = micros_interval("$1"),
         resolution = micros_interval("$3")
     )
 }
+
+/// How many ids the log's id sequence hands a session at once (`1`, PgQueuer's
+/// default, keeps ids in the order rows are written). `$1` the qualified log table.
+pub(crate) const LOG_ID_CACHE: &str = "SELECT s.seqcache FROM pg_catalog.pg_sequence s \
+     WHERE s.seqrelid = pg_catalog.pg_get_serial_sequence($1::text, 'id')::regclass";
 
 /// Per entrypoint with picked jobs: how many hold a concurrency slot (`held`), the
 /// highest slot held (`highest`), and how many are picked without one (`unslotted`).

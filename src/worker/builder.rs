@@ -75,7 +75,10 @@ impl Options {
         if !(1..=MAX_THREADS).contains(&self.threads) {
             return Err(Error::invalid(
                 "threads",
-                format!("{} is outside the allowed range 1 to {MAX_THREADS}", self.threads),
+                format!(
+                    "{} is outside the allowed range 1 to {MAX_THREADS}",
+                    self.threads
+                ),
             ));
         }
         if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {

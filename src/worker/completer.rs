@@ -262,10 +262,7 @@ impl Completer<'_> {
             if !left {
                 locked_since = None;
             } else if self.shutdown.is_shutdown()
-                && locked_since
-                    .get_or_insert_with(Instant::now)
-                    .elapsed()
-                    > GIVE_UP_AFTER_SHUTDOWN
+                && locked_since.get_or_insert_with(Instant::now).elapsed() > GIVE_UP_AFTER_SHUTDOWN
             {
                 let Pending {
                     ends,
@@ -398,7 +395,8 @@ impl Writer<'_> {
         });
         match attempt {
             Attempt::Done((_, locked)) if !locked.is_empty() => {
-                self.outcomes.hand_back(vec![instead], Vec::new(), Vec::new());
+                self.outcomes
+                    .hand_back(vec![instead], Vec::new(), Vec::new());
             }
             Attempt::Done(_) | Attempt::GaveUp => self.running.remove([outcome.id]),
             Attempt::Refused(e) => {

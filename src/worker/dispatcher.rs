@@ -314,7 +314,25 @@ impl<'a> Dispatcher<'a> {
             }
             lead.quiet_until = Some(Instant::now() + wait);
         }
+        self.release_unstarted();
         None
+    }
+
+    /// At shutdown: the claimed jobs still waiting for a thread go back to the queue now
+    /// (a job a thread takes later is given back by the executor).
+    fn release_unstarted(&self) {
+        let jobs = self.handoff.drain();
+        if jobs.is_empty() {
+            return;
+        }
+        log::debug!(
+            "shutdown: giving {} unstarted jobs back to the queue",
+            jobs.len()
+        );
+        self.idle.release(jobs.len());
+        for job in jobs {
+            self.outcomes.release(job.id);
+        }
     }
 
     /// With threads coming back from a full claim's jobs, waits up to [`GATHER`] for as
@@ -339,7 +357,10 @@ impl<'a> Dispatcher<'a> {
         loop {
             select! {
                 recv(self.second.wake_rx) -> _ => {},
-                recv(self.shutdown.receiver()) -> _ => return,
+                recv(self.shutdown.receiver()) -> _ => {
+                    self.release_unstarted();
+                    return;
+                }
             }
             while !self.shutdown.is_shutdown()
                 && self.second.batch_bound.load(Ordering::SeqCst)

@@ -13,10 +13,10 @@ use super::state::{Doorbell, Idle, Jitter, Running, Wake};
 use super::stats::Stats;
 use crate::claim::Outcome;
 use crate::error::chain;
+use crate::job::storable_text;
 use crate::job::{Job, Status};
 use crate::shutdown::ShutdownHandle;
 use crate::telemetry;
-use crate::job::storable_text;
 use crate::time::{MAX_DELAY, TimeStyle, format_time, python_timedelta};
 
 /// The most bytes of a handler's error message, traceback or retry reason written to

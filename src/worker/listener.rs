@@ -151,7 +151,11 @@ impl Listener<'_> {
             .iter()
             .map(|row| row.get(0))
             .collect();
-        let gone: Vec<i64> = ids.iter().copied().filter(|id| !owned.contains(id)).collect();
+        let gone: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| !owned.contains(id))
+            .collect();
         if !gone.is_empty() {
             let held = self.running.cancel(&gone);
             log::debug!("{held} held jobs cancelled (rows deleted): {gone:?}");
@@ -160,7 +164,7 @@ impl Listener<'_> {
         unconfirmed.retain(|(id, until)| {
             let keep = owned.contains(id) && *until > now;
             if owned.contains(id) && !keep {
-                log::info!(
+                log::warn!(
                     "pgqueuer listener ignored a cancellation_event for job {id}: its row still \
                      exists and is this worker's (a NOTIFY anyone can send is not a \
                      cancellation; cancel deletes the row)"

@@ -333,6 +333,12 @@ impl Handoff {
         Some(job)
     }
 
+    /// Takes every waiting job without a run grant: at shutdown, jobs that have not
+    /// started go back to the queue at once rather than wait for a thread.
+    pub(crate) fn drain(&self) -> Vec<Job> {
+        self.jobs_rx.try_iter().collect()
+    }
+
     /// How many jobs wait.
     pub(crate) fn len(&self) -> usize {
         self.jobs_rx.len()
@@ -521,7 +527,10 @@ impl Running {
     /// The ids among `ids` that this worker holds.
     pub(crate) fn held_among(&self, ids: &[JobId]) -> Vec<JobId> {
         let map = self.map();
-        ids.iter().copied().filter(|id| map.contains_key(id)).collect()
+        ids.iter()
+            .copied()
+            .filter(|id| map.contains_key(id))
+            .collect()
     }
 
     pub(crate) fn ids(&self) -> Vec<JobId> {

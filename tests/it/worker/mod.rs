@@ -9,6 +9,7 @@ use pgqueuer::Worker;
 mod ahead;
 mod failures;
 mod full_slots;
+mod hardening;
 mod limits;
 mod recovery;
 mod startup;

@@ -1,0 +1,510 @@
+//! What a hostile handler or an unlucky deploy must not do to a worker: lose a job at
+//! shutdown, wedge the completer with an outcome PostgreSQL refuses, keep a job picked
+//! for ever, panic a thread with a duration, or run a job twice inside one worker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pgqueuer::{EntrypointOptions, Error, NewJob, Queue, Retry, RetryPolicy, Worker};
+
+use super::Gate;
+use crate::harness::{TestDb, captured, eventually, log_of, scalar};
+
+fn count(client: &mut postgres::Client, sql: &str) -> i64 {
+    scalar::<i64>(client, sql)
+}
+
+/// A handler that loops until it is told to stop and then returns `Ok(())` gets
+/// `successful` at the shutdown deadline, not `canceled` (which deleted the job: it never
+/// ran again); one that returns a retry when it sees the shutdown runs again later.
+#[test]
+fn the_shutdown_deadline_keeps_the_outcome_a_handler_returns() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let done = queue.enqueue(NewJob::new("finishes", Vec::new())).unwrap();
+    let again = queue.enqueue(NewJob::new("retries", Vec::new())).unwrap();
+    let (started_tx, started_rx) = crossbeam_channel::unbounded();
+    let (seen_tx, seen_rx) = crossbeam_channel::unbounded();
+    let worker = {
+        let (started_a, started_b) = (started_tx.clone(), started_tx);
+        let seen = seen_tx.clone();
+        Worker::builder(pool.clone())
+            .threads(2)
+            .shutdown_deadline(Duration::from_millis(300))
+            .entrypoint("finishes", move |job, ctx| {
+                started_a.send(job.id).unwrap();
+                while !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                seen.send((job.id, ctx.shutting_down())).unwrap();
+                Ok(())
+            })
+            .entrypoint("retries", move |job, ctx| {
+                started_b.send(job.id).unwrap();
+                while !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                seen_tx.send((job.id, ctx.shutting_down())).unwrap();
+                if ctx.shutting_down() {
+                    return Err(Retry::after(Duration::ZERO).reason("shutdown").into());
+                }
+                Ok(())
+            })
+            .build()
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    let mut started = [
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+    ];
+    started.sort_unstable();
+    assert_eq!(started, [done, again]);
+    let summary = worker.join().unwrap();
+    let mut seen: Vec<_> = seen_rx.try_iter().collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [(done, true), (again, true)], "both saw the shutdown");
+    assert_eq!(
+        (summary.succeeded, summary.cancelled, summary.retried),
+        (1, 0, 1)
+    );
+    assert_eq!(
+        log_of(&mut client, done),
+        ["queued", "picked", "successful"]
+    );
+    assert_eq!(log_of(&mut client, again), ["queued", "picked", "queued"]);
+    // The retried job is queued again and runs on the next worker.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = ran.clone();
+    Worker::builder(pool)
+        .entrypoint("retries", move |_job, _ctx| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        log_of(&mut client, again),
+        ["queued", "picked", "queued", "picked", "successful"]
+    );
+}
+
+/// Jobs claimed ahead of the threads and not started when shutdown comes go back to the
+/// queue at once (a `queued` log row, no attempt counted), while the running handler
+/// still runs; they used to be logged `canceled` and deleted at the deadline.
+#[test]
+fn jobs_claimed_ahead_go_back_to_the_queue_at_shutdown() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let gate = Gate::new();
+    let worker = {
+        let blocked = gate.handler();
+        Worker::builder(pool.clone())
+            .threads(1)
+            .batch_size(5)
+            .shutdown_deadline(Duration::from_secs(60))
+            .entrypoint("quick", |_job, _ctx| Ok(()))
+            .entrypoint("blocked", blocked)
+            .build()
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    // A quick job first, so that handlers are known to be short and the worker claims
+    // a batch ahead of its one thread.
+    let warm = queue.enqueue(NewJob::new("quick", Vec::new())).unwrap();
+    eventually(Duration::from_secs(10), "the first quick job", || {
+        log_of(&mut client, warm).last().map(String::as_str) == Some("successful")
+    });
+    let mut jobs = vec![NewJob::new("blocked", Vec::new()).priority(10)];
+    jobs.extend((0..4).map(|_| NewJob::new("quick", Vec::new())));
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    let blocked = gate.wait_started(1)[0];
+    assert_eq!(blocked, ids[0]);
+    let ahead = count(
+        &mut client,
+        "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'quick' AND status = 'picked'",
+    );
+    assert!(ahead > 0, "the worker claimed nothing ahead of its thread");
+    let stop = worker.shutdown_handle();
+    stop.shutdown();
+    // While the blocked handler still runs, the jobs claimed ahead are queued again.
+    eventually(
+        Duration::from_secs(5),
+        "the unstarted jobs to be released",
+        || {
+            count(
+                &mut client,
+                "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'quick' AND status = 'picked'",
+            ) == 0
+        },
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'quick' AND status = 'queued' \
+             AND queue_manager_id IS NULL AND attempts = 0"
+        ),
+        4,
+        "released jobs are plain queued jobs again"
+    );
+    gate.let_through(1);
+    let summary = worker.join().unwrap();
+    assert_eq!(summary.released, u64::try_from(ahead).unwrap());
+    assert_eq!(summary.cancelled, 0);
+    assert_eq!(
+        log_of(&mut client, blocked),
+        ["queued", "picked", "successful"]
+    );
+    let released = ids[1..]
+        .iter()
+        .filter(|id| log_of(&mut client, **id) == ["queued", "picked", "queued"])
+        .count();
+    assert_eq!(i64::try_from(released).unwrap(), ahead);
+}
+
+/// One handler error with a NUL byte (and a retry reason with one) among 100 normal jobs:
+/// every job is written within seconds, the NUL kept visible as `\u0000` text. It used to
+/// be refused by jsonb (22P05) and retried for ever, holding every job of its batch.
+#[test]
+fn a_nul_byte_in_a_handler_error_wedges_nothing() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let mut jobs: Vec<NewJob> = (0..100).map(|_| NewJob::new("ok", Vec::new())).collect();
+    jobs.push(NewJob::new("nul", b"error".to_vec()));
+    jobs.push(NewJob::new("nul", b"retry".to_vec()));
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    let worker = Worker::builder(pool)
+        .threads(4)
+        .entrypoint("ok", |_job, _ctx| Ok(()))
+        .entrypoint("nul", |job, _ctx| {
+            if job.payload.as_deref() == Some(b"error") {
+                Err("bad\0byte".into())
+            } else if job.attempts == 0 {
+                Err(Retry::after(Duration::ZERO).reason("again\0later").into())
+            } else {
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let stats = worker.stats_handle();
+    let started = Instant::now();
+    let summary = worker.run_until_empty().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        (summary.succeeded, summary.failed, summary.retried),
+        (101, 1, 1)
+    );
+    assert_eq!(stats.snapshot().outcome_write_failures, 0);
+    assert_eq!(count(&mut client, "SELECT count(*) FROM pgqueuer"), 0);
+    let message: String = client
+        .query_one(
+            "SELECT traceback->>'exception_message' FROM pgqueuer_log WHERE job_id = $1 \
+             AND status = 'exception'",
+            &[&ids[100]],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(message, "bad\\u0000byte");
+    let reason: String = client
+        .query_one(
+            "SELECT traceback->'additional_context'->>'reason' FROM pgqueuer_log \
+             WHERE job_id = $1 AND status = 'queued' AND traceback IS NOT NULL",
+            &[&ids[101]],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(reason, "again\\u0000later");
+}
+
+/// An outcome the database refuses for any reason (here a trigger on the log table that
+/// rejects one job's `successful` row) is split from its batch: every other outcome is
+/// written, the refused job is recorded as an exception saying why, and the failure is
+/// counted and logged at `error`.
+#[test]
+fn an_outcome_the_database_refuses_is_recorded_as_an_exception_and_the_rest_written() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let ids = queue
+        .enqueue_many(
+            &(0..50)
+                .map(|_| NewJob::new("ok", Vec::new()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let refused = ids[17];
+    client
+        .batch_execute(&format!(
+            "CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.job_id = {refused} AND NEW.status = 'successful' THEN
+                     RAISE EXCEPTION 'job {refused} may not succeed' USING ERRCODE = '22023';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_one BEFORE INSERT ON pgqueuer_log
+                 FOR EACH ROW EXECUTE FUNCTION refuse_one();"
+        ))
+        .unwrap();
+    let worker = Worker::builder(pool)
+        .threads(4)
+        .entrypoint("ok", |_job, _ctx| Ok(()))
+        .build()
+        .unwrap();
+    let stats = worker.stats_handle();
+    worker.run_until_empty().unwrap();
+    let snapshot = stats.snapshot();
+    assert!(snapshot.outcome_write_failures >= 1);
+    assert!(
+        snapshot
+            .last_write_failure
+            .as_deref()
+            .is_some_and(|e| e.contains("may not succeed")),
+        "{:?}",
+        snapshot.last_write_failure
+    );
+    assert_eq!(count(&mut client, "SELECT count(*) FROM pgqueuer"), 0);
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+        ),
+        49
+    );
+    let (status, kind, message): (String, String, String) = {
+        let row = client
+            .query_one(
+                "SELECT status::text, traceback->>'exception_type', \
+                 traceback->>'exception_message' FROM pgqueuer_log \
+                 WHERE job_id = $1 AND status <> 'queued' AND status <> 'picked'",
+                &[&refused],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!(
+        (status.as_str(), kind.as_str()),
+        ("exception", "OutcomeNotWritten")
+    );
+    assert!(message.contains("may not succeed"), "{message}");
+    assert!(
+        !captured(&format!("job {refused} was refused by the database")).is_empty(),
+        "no error was logged for job {refused}"
+    );
+}
+
+/// `Retry::after(Duration::MAX)` is recorded as the job's exception naming the delay; it
+/// used to leave the job picked for ever (the completer retried a write that could
+/// never fit an interval).
+#[test]
+fn a_retry_delay_too_long_to_store_is_the_jobs_exception() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let id = queue.enqueue(NewJob::new("forever", Vec::new())).unwrap();
+    let started = Instant::now();
+    let summary = Worker::builder(pool)
+        .entrypoint("forever", |_job, _ctx| {
+            Err(Retry::after(Duration::MAX).into())
+        })
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!((summary.failed, summary.retried), (1, 0));
+    assert_eq!(log_of(&mut client, id), ["queued", "picked", "exception"]);
+    let message: String = client
+        .query_one(
+            "SELECT traceback->>'exception_message' FROM pgqueuer_log WHERE job_id = $1 \
+             AND status = 'exception'",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        message.contains("longer than the longest delay"),
+        "{message}"
+    );
+}
+
+/// Durations the worker's arithmetic cannot take are refused at `build()` with an error
+/// naming the option; they used to pass and panic a worker thread (`Instant + Duration`).
+#[test]
+fn out_of_range_durations_are_refused_at_build() {
+    let db = TestDb::new();
+    let pool = db.pool(4);
+    let builder = || Worker::builder(pool.clone()).entrypoint("e", |_job, _ctx| Ok(()));
+    let cases: Vec<(&str, pgqueuer::WorkerBuilder)> = vec![
+        ("dequeue_timeout", builder().dequeue_timeout(Duration::MAX)),
+        ("dequeue_timeout", builder().dequeue_timeout(Duration::ZERO)),
+        (
+            "heartbeat_timeout",
+            builder().heartbeat_timeout(Duration::MAX),
+        ),
+        ("poll_interval", builder().poll_interval(Duration::MAX)),
+        (
+            "shutdown_deadline",
+            builder().shutdown_deadline(Duration::MAX),
+        ),
+        ("threads", builder().threads(usize::MAX)),
+        ("batch_size", builder().batch_size(usize::MAX)),
+        (
+            "timeout",
+            builder().entrypoint_with(
+                "t",
+                EntrypointOptions::new().timeout(Duration::MAX),
+                |_job, _ctx| Ok(()),
+            ),
+        ),
+        (
+            "retry policy",
+            builder().entrypoint_with(
+                "r",
+                EntrypointOptions::new().retry(RetryPolicy::exponential(
+                    3,
+                    Duration::from_secs(1),
+                    Duration::MAX,
+                )),
+                |_job, _ctx| Ok(()),
+            ),
+        ),
+    ];
+    for (option, builder) in cases {
+        match builder.build() {
+            Err(e @ Error::InvalidInput { .. }) => {
+                assert!(e.to_string().contains(option), "{option}: {e}");
+            }
+            other => panic!("{option}: expected an InvalidInput error, got {other:?}"),
+        }
+    }
+}
+
+/// A `cancellation_event` that any role can send does not stop a handler whose job's row
+/// still exists and is this worker's; a real `cancel` (which deletes the row) does.
+#[test]
+fn a_forged_cancellation_event_stops_nothing() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let (started_tx, started_rx) = crossbeam_channel::unbounded();
+    let (stopped_tx, stopped_rx) = crossbeam_channel::unbounded();
+    let worker = Worker::builder(pool.clone())
+        .threads(2)
+        .entrypoint("long", move |job, ctx| {
+            started_tx.send(job.id).unwrap();
+            let until = Instant::now() + Duration::from_secs(30);
+            while !ctx.is_cancelled() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            stopped_tx.send((job.id, Instant::now())).unwrap();
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    let id = queue.enqueue(NewJob::new("long", Vec::new())).unwrap();
+    assert_eq!(
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        id
+    );
+    let forged = format!(
+        r#"{{"channel":"ch_pgqueuer","sent_at":"2026-12-03T00:00:00Z","type":"cancellation_event","received_at":"2026-12-03T00:00:00Z","ids":[{id}]}}"#
+    );
+    client
+        .execute("SELECT pg_notify('ch_pgqueuer', $1)", &[&forged])
+        .unwrap();
+    let warning = format!("ignored a cancellation_event for job {id}:");
+    eventually(
+        Duration::from_secs(10),
+        "the listener to dismiss the event",
+        || !captured(&warning).is_empty(),
+    );
+    assert!(
+        stopped_rx.try_recv().is_err(),
+        "the forged event stopped the handler"
+    );
+    let cancelled = Instant::now();
+    queue.cancel(&[id]).unwrap();
+    let (stopped, at) = stopped_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(stopped, id);
+    assert!(at >= cancelled);
+    let summary = worker.join().unwrap();
+    assert_eq!(summary.cancelled, 1);
+}
+
+/// A job this worker runs whose heartbeat lagged past the timeout comes back from the
+/// worker's own next claim as a stale re-pick: it is left to the run under way instead
+/// of running a second time beside it.
+#[test]
+fn a_stale_re_pick_of_a_running_job_does_not_run_it_twice() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let gate = Gate::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let handler = gate.handler();
+        let runs = runs.clone();
+        Worker::builder(pool.clone())
+            .threads(3)
+            .heartbeat_timeout(Duration::from_secs(600))
+            .entrypoint("held", move |job, ctx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                handler(job, ctx)
+            })
+            .entrypoint("poke", |_job, _ctx| Ok(()))
+            .build()
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    let id = queue.enqueue(NewJob::new("held", Vec::new())).unwrap();
+    assert_eq!(gate.wait_started(1), [id]);
+    // The heartbeat lags: the row looks stale to the worker's own next claim.
+    client
+        .execute(
+            "UPDATE pgqueuer SET heartbeat = now() - interval '1 hour' WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    let poke = queue.enqueue(NewJob::new("poke", Vec::new())).unwrap();
+    let warning = format!("job {id} (held) was re-picked as stale");
+    eventually(
+        Duration::from_secs(10),
+        "the stale re-pick of the running job",
+        || !captured(&warning).is_empty(),
+    );
+    eventually(Duration::from_secs(10), "the poke job", || {
+        log_of(&mut client, poke).last().map(String::as_str) == Some("successful")
+    });
+    gate.let_through(2);
+    worker.join().unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the held job ran twice");
+    assert_eq!(
+        log_of(&mut client, id),
+        ["queued", "picked", "picked", "successful"]
+    );
+}
