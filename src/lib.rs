@@ -87,6 +87,9 @@ mod connect;
 mod cron;
 mod error;
 pub mod events;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod job;
 pub mod ops;
 mod queue;

@@ -508,3 +508,221 @@ fn a_stale_re_pick_of_a_running_job_does_not_run_it_twice() {
         ["queued", "picked", "picked", "successful"]
     );
 }
+
+/// Durations as callers pass them: zero, small, huge, and `Duration::MAX`.
+fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+    use proptest::prelude::*;
+    prop_oneof![
+        1 => Just(Duration::ZERO),
+        40 => (1u64..3_000).prop_map(Duration::from_millis),
+        1 => (0u64..100_000_000).prop_map(Duration::from_secs),
+        1 => any::<u64>().prop_map(Duration::from_secs),
+        1 => Just(Duration::MAX),
+    ]
+}
+
+/// Counts as callers pass them: zero, small, the bounds and beyond, anything.
+fn any_count() -> impl proptest::strategy::Strategy<Value = usize> {
+    use proptest::prelude::*;
+    prop_oneof![
+        1 => Just(0usize),
+        40 => 1usize..6,
+        1 => Just(4096),
+        1 => Just(10_000),
+        1 => Just(10_001),
+        1 => any::<usize>()
+    ]
+}
+
+/// Every worker option given arbitrary values: `build()` either accepts them and the
+/// worker then runs a job to an outcome, or refuses them with an `InvalidInput` naming
+/// an option that is out of its documented range. Nothing panics.
+#[test]
+fn arbitrary_worker_options_are_refused_by_name_or_work() {
+    use proptest::prelude::*;
+    let db = TestDb::new();
+    let client = std::cell::RefCell::new(db.client());
+    let pool = db.pool(4);
+    let queue = Queue::new(pool.clone());
+    let day = Duration::from_secs(86_400);
+    let ms = Duration::from_millis(1);
+    let options = (
+        (any_count(), any_count()),
+        (any_duration(), any_duration(), any_duration()),
+        (
+            proptest::option::of(any_duration()),
+            proptest::option::of(any_duration()),
+        ),
+        proptest::option::of((any::<u32>(), any_duration(), any_duration(), any::<f64>())),
+    );
+    let accepted = std::cell::Cell::new(0);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 60,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(
+            &options,
+            |((threads, batch), (dequeue, heartbeat, poll), (deadline, timeout), policy)| {
+                let mut entry = EntrypointOptions::new();
+                if let Some(timeout) = timeout {
+                    entry = entry.timeout(timeout);
+                }
+                if let Some((attempts, initial, max, multiplier)) = policy {
+                    entry = entry.retry(RetryPolicy {
+                        max_attempts: attempts % 4,
+                        initial_delay: initial,
+                        max_delay: max,
+                        multiplier,
+                        jitter: 0.1,
+                    });
+                }
+                let mut builder = Worker::builder(pool.clone())
+                    .threads(threads)
+                    .batch_size(batch)
+                    .dequeue_timeout(dequeue)
+                    .heartbeat_timeout(heartbeat)
+                    .poll_interval(poll)
+                    .entrypoint_with("e", entry, |_job, _ctx| Ok(()));
+                if let Some(deadline) = deadline {
+                    builder = builder.shutdown_deadline(deadline);
+                }
+                // What the documentation allows.
+                let mut out_of_range = Vec::new();
+                if !(1..=4096).contains(&threads) {
+                    out_of_range.push("threads");
+                }
+                if !(1..=10_000).contains(&batch) {
+                    out_of_range.push("batch_size");
+                }
+                for (name, value, max) in [
+                    ("dequeue_timeout", dequeue, day),
+                    ("heartbeat_timeout", heartbeat, 7 * day),
+                    ("poll_interval", poll, day),
+                ] {
+                    if value < ms || value > max {
+                        out_of_range.push(name);
+                    }
+                }
+                if deadline.is_some_and(|d| d > 365 * day) {
+                    out_of_range.push("shutdown_deadline");
+                }
+                if timeout.is_some_and(|t| t < ms || t > 365 * day) {
+                    out_of_range.push("timeout");
+                }
+                if let Some((_, initial, max, multiplier)) = policy
+                    && (initial > max
+                        || max > pgqueuer::NewJob::MAX_EXECUTE_AFTER
+                        || !(multiplier >= 1.0 && multiplier.is_finite()))
+                {
+                    out_of_range.push("retry policy");
+                }
+                match builder.build() {
+                    Ok(worker) => {
+                        prop_assert!(out_of_range.is_empty(), "accepted {out_of_range:?}");
+                        accepted.set(accepted.get() + 1);
+                        let id = queue.enqueue(NewJob::new("e", Vec::new())).unwrap();
+                        let running = worker.start().unwrap();
+                        eventually(Duration::from_secs(20), "the job's outcome", || {
+                            log_of(&mut client.borrow_mut(), id).len() > 2
+                        });
+                        running.join().unwrap();
+                        client
+                            .borrow_mut()
+                            .execute("DELETE FROM pgqueuer", &[])
+                            .unwrap();
+                    }
+                    Err(Error::InvalidInput { field, reason }) => {
+                        prop_assert!(
+                            out_of_range.iter().any(|o| field.contains(o)),
+                            "refused {field}: {reason}, but only {out_of_range:?} are out of range"
+                        );
+                    }
+                    Err(other) => prop_assert!(false, "{other:?}"),
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    eprintln!("{} of 60 option sets accepted", accepted.get());
+    assert!(
+        accepted.get() >= 3,
+        "too few option sets were accepted to prove anything"
+    );
+}
+
+/// Every field of a job given arbitrary values: `enqueue` either stores the job (and
+/// its due time stays within Python's `datetime`, which ends with the year 9999) or
+/// refuses it with an `InvalidInput` naming the field, writing nothing.
+#[test]
+fn arbitrary_jobs_are_stored_or_refused_by_name() {
+    use proptest::prelude::*;
+    let db = TestDb::new();
+    let client = std::cell::RefCell::new(db.client());
+    let queue = Queue::new(db.pool(2));
+    let text = || {
+        prop_oneof![
+            Just("e".to_owned()),
+            "\\PC{0,12}",
+            "[a-z]{0,3}\\x00[a-z]{0,3}",
+            "[a-z]{1100,1200}",
+        ]
+    };
+    let job = (
+        text(),
+        any::<i32>(),
+        any_duration(),
+        proptest::option::of(text()),
+        proptest::option::of((text(), text())),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 200,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&job, |(entrypoint, priority, delay, key, header, payload)| {
+            let mut job = NewJob::new(&entrypoint, payload.clone())
+                .priority(priority)
+                .execute_after(delay);
+            if let Some(key) = &key {
+                job = job.dedupe_key(key.clone());
+            }
+            if let Some((name, value)) = &header {
+                job = job.header(name.clone(), value.clone());
+            }
+            let before = count(&mut client.borrow_mut(), "SELECT count(*) FROM pgqueuer");
+            match queue.enqueue(job) {
+                Ok(id) => {
+                    let row = client
+                        .borrow_mut()
+                        .query_one(
+                            "SELECT entrypoint, priority, payload, \
+                             extract(year FROM execute_after)::int AS year FROM pgqueuer WHERE id = $1",
+                            &[&id],
+                        )
+                        .unwrap();
+                    prop_assert_eq!(row.get::<_, String>(0), entrypoint);
+                    prop_assert_eq!(row.get::<_, i32>(1), priority);
+                    prop_assert_eq!(row.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(), payload);
+                    prop_assert!(row.get::<_, i32>(3) <= 9999);
+                    client.borrow_mut().execute("DELETE FROM pgqueuer", &[]).unwrap();
+                }
+                Err(Error::InvalidInput { field, .. }) => {
+                    prop_assert!(
+                        ["entrypoint", "dedupe_key", "execute_after", "headers", "payload"]
+                            .iter()
+                            .any(|f| field.contains(f)),
+                        "{field}"
+                    );
+                    prop_assert_eq!(count(&mut client.borrow_mut(), "SELECT count(*) FROM pgqueuer"), before);
+                }
+                Err(Error::DuplicateJob { .. }) => {}
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
+            Ok(())
+        })
+        .unwrap();
+}
