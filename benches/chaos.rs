@@ -130,9 +130,9 @@ fn worker(dsn: &str, seed: u64) -> Result<(), pgqueuer::Error> {
                 }
                 60..=69 => Err(format!("chaos error for job {}: bad\0byte", job.id).into()),
                 70..=74 => Err(Retry::after(Duration::MAX).reason("for ever\0").into()),
-                75..=84 if job.attempts < 2 => {
-                    Err(Retry::after(Duration::from_millis(10)).reason("again\0soon").into())
-                }
+                75..=84 if job.attempts < 2 => Err(Retry::after(Duration::from_millis(10))
+                    .reason("again\0soon")
+                    .into()),
                 85..=94 => {
                     // Overruns its timeout, not looking at the context.
                     std::thread::sleep(Duration::from_millis(300));
@@ -261,9 +261,11 @@ fn orchestrate(chaos_for: Duration) -> Result<bool, String> {
     let admin_config: Config = admin_dsn
         .parse()
         .map_err(|e| format!("PGQUEUER_BENCH_DSN does not parse: {e}"))?;
-    let mut admin = admin_config
-        .connect(NoTls)
-        .map_err(|e| format!("cannot reach PostgreSQL at {admin_dsn}: {e:?} (start it, or set PGQUEUER_BENCH_DSN)"))?;
+    let mut admin = admin_config.connect(NoTls).map_err(|e| {
+        format!(
+            "cannot reach PostgreSQL at {admin_dsn}: {e:?} (start it, or set PGQUEUER_BENCH_DSN)"
+        )
+    })?;
     let name = format!("pgq_chaos_{}", std::process::id());
     for statement in [
         format!("DROP DATABASE IF EXISTS {name}"),
@@ -508,6 +510,13 @@ fn check(client: &mut Client, enqueued: usize, left: i64, chaos: &Chaos) -> Resu
         && left == 0
         && peak <= i64::from(LIMIT)
         && slow_writes == 0;
-    println!("{}", if ok { "chaos: every check held" } else { "chaos: A CHECK FAILED" });
+    println!(
+        "{}",
+        if ok {
+            "chaos: every check held"
+        } else {
+            "chaos: A CHECK FAILED"
+        }
+    );
     Ok(ok)
 }

@@ -183,8 +183,8 @@ impl WorkerBuilder {
     /// of its threads while its handlers are short (a running average under 1 ms): the
     /// next batch is claimed, and its commit paid, while the current one runs, and its
     /// jobs wait in the worker for a thread, about one short job's run. Such jobs are
-    /// held like running ones (heartbeats, cancellation) and run at shutdown. Where a
-    /// limit is at stake, or handlers take longer, the worker holds only the jobs its
+    /// held like running ones (heartbeats, cancellation) and go back to the queue at
+    /// shutdown. Where a limit is at stake, or handlers take longer, the worker holds only the jobs its
     /// threads run, so that idle threads of other workers are not kept waiting. Accepts
     /// 1 to 10,000.
     #[must_use]
