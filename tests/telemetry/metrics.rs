@@ -301,3 +301,51 @@ fn handles_belong_to_the_recorder_around_build() {
         "a recorder set after build() sees nothing"
     );
 }
+
+/// A write the database refuses counts in `pgqueuer_outcome_write_failures_total` (and
+/// the snapshot's `outcome_write_failures`), so a completer that cannot write is seen
+/// by the metrics stack, not only in the log.
+#[test]
+fn refused_outcome_writes_are_counted() {
+    let db = TestDb::new();
+    let pool = db.pool(4);
+    let queue = Queue::new(pool.clone());
+    let id = queue.enqueue(NewJob::new("a", "x")).unwrap();
+    db.client()
+        .batch_execute(&format!(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.job_id = {id} AND NEW.status = 'successful' THEN
+                     RAISE EXCEPTION 'refused' USING ERRCODE = '22023';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse BEFORE INSERT ON pgqueuer_log
+                 FOR EACH ROW EXECUTE FUNCTION refuse();"
+        ))
+        .unwrap();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let worker = metrics::with_local_recorder(&recorder, || {
+        Worker::builder(pool.clone())
+            .threads(2)
+            .entrypoint("a", |_job, _ctx| Ok(()))
+            .build()
+            .unwrap()
+    });
+    let stats = worker.stats_handle();
+    worker.run_until_empty().unwrap();
+    let m = read(&snapshotter);
+    let failures = counter(&m, "pgqueuer_outcome_write_failures_total", &[]);
+    assert!(failures >= 1, "{failures}");
+    assert_eq!(stats.snapshot().outcome_write_failures, failures);
+    let status: String = db
+        .client()
+        .query_one(
+            "SELECT status::text FROM pgqueuer_log WHERE job_id = $1 ORDER BY id DESC LIMIT 1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "exception");
+}
