@@ -353,15 +353,15 @@ fn run(dsn: &str, config: &Config, chaos_for: Duration) -> Result<bool, String> 
     let mut procs: Vec<Option<Process>> = (0..PROCESSES).map(|_| Some(chaos.spawn())).collect();
     let began = Instant::now();
     let mut next_report = Duration::from_secs(10);
-    let mut tick = 0u64;
+    let mut tick = 0i64;
     while began.elapsed() < chaos_for {
         tick += 1;
-        let pause = 1000 + mix(chaos.seed, tick as i64, 0) % 2000;
+        let pause = 1000 + mix(chaos.seed, tick, 0) % 2000;
         std::thread::sleep(Duration::from_millis(pause));
-        let slot = (mix(chaos.seed, tick as i64, 1) % PROCESSES as u64) as usize;
+        let slot = (mix(chaos.seed, tick, 1) % PROCESSES as u64) as usize;
         if let Some(p) = procs[slot].take() {
             if p.started.elapsed() > Duration::from_millis(500) {
-                let gently = mix(chaos.seed, tick as i64, 2) % 2 == 0;
+                let gently = mix(chaos.seed, tick, 2).is_multiple_of(2);
                 chaos.stop(p, gently);
             } else {
                 procs[slot] = Some(p);

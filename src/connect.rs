@@ -5,9 +5,10 @@ use std::fmt;
 use std::time::Duration;
 
 use postgres::types::{ToSql, Type};
-use postgres::{Client, Config, GenericClient, NoTls, Row, Statement};
+use postgres::{Client, Config, GenericClient, Row, Statement};
 
 use crate::error::{Error, Result, chain};
+use crate::tls::{Connector, TlsSettings};
 
 /// The connection pool every part of this crate takes.
 pub type Pool = r2d2::Pool<Manager>;
@@ -32,9 +33,9 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Conn {
     client: Client,
     statements: Statements,
-    config: Config,
+    target: Target,
     /// Where the listener connects when this one goes through a transaction pooler.
-    listen: Option<Config>,
+    listen: Option<Target>,
     /// Sequential and bitmap scans, sorts and JIT are off and plans are generic in this
     /// session ([`Conn::plan_with_indexes`]).
     index_plans: bool,
@@ -231,9 +232,9 @@ impl Conn {
     /// Where a LISTEN connection beside this one connects: like this connection when it
     /// is direct; through a transaction pooler, to the listen DSN
     /// (`ConnectOptions::listen_dsn`), or nowhere (LISTEN cannot work there: poll).
-    pub(crate) fn listen_target(&self) -> Option<Config> {
+    pub(crate) fn listen_target(&self) -> Option<Target> {
         match self.statements.pooler {
-            Pooler::Direct => Some(self.config().clone()),
+            Pooler::Direct => Some(self.target.clone()),
             Pooler::Transaction => self.listen.clone(),
         }
     }
@@ -281,15 +282,23 @@ impl Conn {
         Ok(())
     }
 
-    /// The configuration this connection was opened with (to open another like it).
+    /// The driver's configuration this connection was opened with. Its TLS settings
+    /// (libpq's `sslrootcert` and the rest) are kept apart, where the driver has no room
+    /// for them.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.target.config
     }
 
     /// Where this connection goes, as `user@host:port/dbname` (no password), for
     /// messages that must say which database they are about.
     pub fn target(&self) -> String {
-        describe_target(&self.config)
+        describe_target(&self.target.config)
+    }
+
+    /// How this connection's TLS is set, as `sslmode=verify-full (certificate and host
+    /// name verified against /etc/ca.crt)`.
+    pub fn tls_settings(&self) -> String {
+        self.target.tls.describe()
     }
 
     /// The underlying client.
@@ -326,40 +335,62 @@ impl std::ops::DerefMut for Conn {
 /// Unlike `r2d2_postgres::PostgresConnectionManager` (which it wraps) its validity check is
 /// bounded in time, so `pool.get()` cannot hang on a black-holed connection, and every
 /// connection carries a statement cache ([`Conn`]).
-#[derive(Debug)]
 pub struct Manager {
-    inner: r2d2_postgres::PostgresConnectionManager<NoTls>,
-    config: Config,
+    target: Target,
     pooler: Pooler,
-    listen: Option<Config>,
+    listen: Option<Target>,
+}
+
+impl fmt::Debug for Manager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Manager")
+            .field("target", &describe_target(&self.target.config))
+            .field("tls", &self.target.tls.describe())
+            .field("pooler", &self.pooler)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Manager {
-    /// A manager opening connections with `config`, directly (see [`Manager::pooler`]).
+    /// A manager opening connections with `config`, directly (see [`Manager::pooler`]),
+    /// encrypting as the driver's own `sslmode` of `config` says (`prefer`, the default,
+    /// encrypts when the server offers it) and verifying nothing. [`connect_with`] reads
+    /// libpq's whole set of TLS settings (`verify-full`, `sslrootcert`, client
+    /// certificates) instead.
     pub fn new(config: Config) -> Self {
         Manager {
-            inner: r2d2_postgres::PostgresConnectionManager::new(config.clone(), NoTls),
-            config,
+            target: Target::unverified(config),
+            pooler: Pooler::Direct,
+            listen: None,
+        }
+    }
+
+    fn with_target(target: Target) -> Self {
+        Manager {
+            target,
             pooler: Pooler::Direct,
             listen: None,
         }
     }
 
     /// Says what sits between the connections and PostgreSQL, and, for a transaction
-    /// pooler, where a worker may LISTEN instead.
+    /// pooler, where a worker may LISTEN instead (as its own `sslmode` says, verifying
+    /// nothing; through [`connect_with`] the listen DSN's TLS settings are libpq's).
     #[must_use]
     pub fn pooler(mut self, pooler: Pooler, listen: Option<Config>) -> Self {
         self.pooler = pooler;
+        self.listen = listen.map(Target::unverified);
+        self
+    }
+
+    fn listen_target(mut self, listen: Option<Target>) -> Self {
         self.listen = listen;
         self
     }
 
     /// Opens one connection, with an error naming the target on failure.
     pub(crate) fn open(&self) -> Result<Conn> {
-        r2d2::ManageConnection::connect(self).map_err(|source| Error::Connect {
-            target: describe_target(&self.config),
-            source,
-        })
+        r2d2::ManageConnection::connect(self).map_err(|source| self.target.error(source))
     }
 }
 
@@ -368,13 +399,22 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Conn, postgres::Error> {
+        let mut client = self.target.connect()?;
+        if log::log_enabled!(log::Level::Debug) {
+            log::debug!(
+                "pgqueuer: connected to {} ({}): {}",
+                describe_target(&self.target.config),
+                self.target.tls.describe(),
+                self.target.security(&mut client, self.pooler)
+            );
+        }
         Ok(Conn {
-            client: self.inner.connect()?,
+            client,
             statements: Statements {
                 pooler: self.pooler,
                 ..Statements::default()
             },
-            config: self.config.clone(),
+            target: self.target.clone(),
             listen: self.listen.clone(),
             index_plans: false,
         })
@@ -387,6 +427,109 @@ impl r2d2::ManageConnection for Manager {
     fn has_broken(&self, conn: &mut Conn) -> bool {
         // A session with scans turned off is not handed to another user.
         conn.client.is_closed() || conn.index_plans
+    }
+}
+
+/// Where connections go: the driver's configuration, and the TLS settings and connector
+/// beside it (the driver's `Config` has no room for libpq's root certificate, client
+/// certificate or verifying modes).
+#[derive(Clone)]
+pub(crate) struct Target {
+    config: Config,
+    tls: TlsSettings,
+    connector: Connector,
+}
+
+impl Target {
+    /// `config` with `tls`: the driver is told the mode it knows, and the connector does
+    /// the checks the mode asks for.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionConfig`] for a certificate or key file that cannot be used.
+    pub(crate) fn new(mut config: Config, tls: TlsSettings) -> Result<Target> {
+        config.ssl_mode(tls.driver_mode());
+        let connector = tls.connector()?;
+        Ok(Target {
+            config,
+            tls,
+            connector,
+        })
+    }
+
+    /// `config` as its own `sslmode` says, verifying nothing (for a `Config` built by
+    /// hand, where libpq's file settings cannot be).
+    pub(crate) fn unverified(config: Config) -> Target {
+        use crate::tls::SslMode;
+        let mode = match config.get_ssl_mode() {
+            postgres::config::SslMode::Disable => SslMode::Disable,
+            postgres::config::SslMode::Require => SslMode::Require,
+            _ => SslMode::Prefer,
+        };
+        let tls = TlsSettings {
+            mode,
+            root: None,
+            client: None,
+        };
+        let connector = tls
+            .connector()
+            .unwrap_or_else(|e| unreachable!("no file is read without a root or client: {e}"));
+        Target {
+            config,
+            tls,
+            connector,
+        }
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The driver's configuration, to change a setting of its own (a timeout).
+    pub(crate) fn config_mut(&mut self) -> &mut Config {
+        &mut self.config
+    }
+
+    /// Opens a plain client (for LISTEN connections, which stay out of any pool).
+    pub(crate) fn connect(&self) -> std::result::Result<Client, postgres::Error> {
+        self.config.connect(self.connector.clone())
+    }
+
+    pub(crate) fn error(&self, source: postgres::Error) -> Error {
+        let host = self
+            .config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                postgres::config::Host::Tcp(name) => name.clone(),
+                postgres::config::Host::Unix(path) => path.display().to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        Error::Connect {
+            target: describe_target(&self.config),
+            advice: crate::tls::advice(&source, &self.tls, &host),
+            source,
+        }
+    }
+
+    /// Whether `client`'s connection is encrypted, in words, for the log line of a new
+    /// connection. Through a transaction pooler the server can only say of its own leg,
+    /// so the settings speak instead.
+    fn security(&self, client: &mut Client, pooler: Pooler) -> String {
+        if self.tls.mode == crate::tls::SslMode::Disable {
+            return "plaintext".into();
+        }
+        if pooler == Pooler::Transaction {
+            return if self.tls.always_encrypted() {
+                "encrypted".into()
+            } else {
+                "encrypted if the pooler offered TLS".into()
+            };
+        }
+        match crate::ops::connection_tls(client) {
+            Ok(tls) => tls.to_string(),
+            Err(e) => format!("unknown ({e})"),
+        }
     }
 }
 
@@ -559,15 +702,11 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
             "a pool needs at least one connection",
         ));
     }
-    let config = resolve_config(dsn, &|k| std::env::var(k).ok(), &options.application_name)?;
+    let env = |k: &str| std::env::var(k).ok();
+    let target = resolve_target(dsn, &env, &options.application_name)?;
     let listen = match (&options.pooler, &options.listen_dsn) {
         (Pooler::Transaction, Some(listen)) => Some(
-            resolve_config(
-                listen,
-                &|k| std::env::var(k).ok(),
-                &options.application_name,
-            )
-            .map_err(|e| match e {
+            resolve_target(listen, &env, &options.application_name).map_err(|e| match e {
                 Error::ConnectionConfig(reason) => {
                     Error::ConnectionConfig(format!("listen_dsn: {reason}"))
                 }
@@ -576,7 +715,9 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
         ),
         _ => None,
     };
-    let manager = Manager::new(config).pooler(options.pooler, listen);
+    let manager = Manager::with_target(target)
+        .pooler(options.pooler, None)
+        .listen_target(listen);
     let first = manager.open()?;
     let pool = r2d2::Pool::builder()
         .max_size(options.max_size)
@@ -603,18 +744,18 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
 /// [`Error::ConnectionConfig`] for a DSN that cannot be parsed, [`Error::Connect`] naming
 /// the target and the cause when the connection fails.
 pub fn connect_one(dsn: &str, application_name: &str) -> Result<Conn> {
-    let config = resolve_config(dsn, &|k| std::env::var(k).ok(), application_name)?;
+    let target = resolve_target(dsn, &|k| std::env::var(k).ok(), application_name)?;
     let pooler = ConnectOptions::from_env()?.pooler;
-    Manager::new(config).pooler(pooler, None).open()
+    Manager::with_target(target).pooler(pooler, None).open()
 }
 
-/// Builds the `postgres::Config` for `dsn` (see [`connect_with`]), reading variables
-/// through `env`.
-pub(crate) fn resolve_config(
+/// Resolves `dsn` (see [`connect_with`]) into a [`Target`], reading variables through
+/// `env`: libpq's TLS settings, then the driver's configuration of the rest.
+pub(crate) fn resolve_target(
     dsn: &str,
     env: &dyn Fn(&str) -> Option<String>,
     application_name: &str,
-) -> Result<Config> {
+) -> Result<Target> {
     let dsn = if dsn.trim().is_empty() {
         ["PGQUEUER_DSN", "PGDSN", "DATABASE_URL"]
             .iter()
@@ -623,10 +764,23 @@ pub(crate) fn resolve_config(
     } else {
         dsn.to_owned()
     };
+    let (rest, tls_params) = crate::tls::split_dsn(&dsn)?;
+    let tls = TlsSettings::resolve(&tls_params, env)?;
+    let config = resolve_config(&rest, env, application_name)?;
+    Target::new(config, tls)
+}
+
+/// Builds the driver's `Config` for `dsn`, which holds no TLS setting of libpq's (see
+/// [`resolve_target`]), reading variables through `env`.
+fn resolve_config(
+    dsn: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    application_name: &str,
+) -> Result<Config> {
     let mut config = if dsn.trim().is_empty() {
         config_from_libpq_env(env)?
     } else {
-        check_scheme(&dsn)?;
+        check_scheme(dsn)?;
         dsn.parse::<Config>()
             .map_err(|e| Error::ConnectionConfig(format!("cannot parse the DSN: {}", chain(&e))))?
     };
@@ -753,7 +907,7 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        resolve_config(dsn, &move |k| map.get(k).cloned(), "test")
+        resolve_target(dsn, &move |k| map.get(k).cloned(), "test").map(|t| t.config().clone())
     }
 
     #[test]

@@ -18,13 +18,16 @@ use std::fmt;
 pub enum Error {
     /// A connection could not be opened. `target` names the host, port, user and database
     /// that were tried.
-    #[error("could not connect to {target}: {}", chain(.source))]
+    #[error("could not connect to {target}: {}{advice}", chain(.source))]
     Connect {
         /// `user@host:port/dbname` as resolved from the DSN and environment.
         target: String,
         /// What the driver reported.
         #[source]
         source: postgres::Error,
+        /// What to change, when the settings can tell (TLS: the server refused plaintext,
+        /// offers no TLS, or its certificate did not verify); empty otherwise.
+        advice: String,
     },
 
     /// The connection string or the connection environment could not be understood.
@@ -181,10 +184,15 @@ impl Error {
     fn fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = self.variant();
         match self {
-            Error::Connect { target, source } => f
+            Error::Connect {
+                target,
+                source,
+                advice,
+            } => f
                 .debug_struct(name)
                 .field("target", target)
                 .field("source", source)
+                .field("advice", advice)
                 .finish(),
             Error::InvalidSetting {
                 setting,

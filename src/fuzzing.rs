@@ -39,7 +39,9 @@ pub fn cron_expression(expression: &str, seconds: u64) {
 /// configuration always has a host and the network deadline set.
 pub fn dsn(text: &str, env: &[(String, String)]) {
     let lookup = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-    if let Ok(config) = crate::connect::resolve_config(text, &lookup, "fuzz") {
+    let _ = crate::tls::split_dsn(text);
+    if let Ok(target) = crate::connect::resolve_target(text, &lookup, "fuzz") {
+        let config = target.config();
         assert!(!config.get_hosts().is_empty(), "{text:?}: no host");
         assert!(
             config.get_tcp_user_timeout().is_some(),

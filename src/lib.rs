@@ -101,6 +101,7 @@ mod sql;
 mod sqlstate;
 mod telemetry;
 mod time;
+mod tls;
 #[cfg(feature = "web")]
 #[cfg_attr(docsrs, doc(cfg(feature = "web")))]
 pub mod web;

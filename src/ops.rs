@@ -238,6 +238,48 @@ pub struct Throughput {
     pub count: u64,
 }
 
+/// Whether a connection is encrypted, as the server sees it (`pg_stat_ssl`; see
+/// [`connection_tls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionTls {
+    /// True when the connection is encrypted.
+    pub encrypted: bool,
+    /// The protocol, such as `TLSv1.3`, when encrypted.
+    pub version: Option<String>,
+    /// The cipher, when encrypted.
+    pub cipher: Option<String>,
+}
+
+impl std::fmt::Display for ConnectionTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.encrypted {
+            write!(
+                f,
+                "encrypted ({}, {})",
+                self.version.as_deref().unwrap_or("TLS"),
+                self.cipher.as_deref().unwrap_or("unknown cipher")
+            )
+        } else {
+            f.write_str("plaintext (not encrypted)")
+        }
+    }
+}
+
+/// Whether `client`'s own connection is encrypted, read from `pg_stat_ssl`. Through a
+/// pooler this is the pooler's connection to the server, not the client's to the pooler.
+///
+/// # Errors
+/// [`Error::Db`].
+pub fn connection_tls<C: GenericClient>(client: &mut C) -> Result<ConnectionTls> {
+    let row = connect::query_one_alone(client, sql::CONNECTION_TLS, &[])?;
+    Ok(ConnectionTls {
+        encrypted: row.try_get("ssl")?,
+        version: row.try_get("version")?,
+        cipher: row.try_get("cipher")?,
+    })
+}
+
 /// Which autovacuum settings [`autovacuum`] applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Autovacuum {

@@ -21,8 +21,8 @@ pub(crate) enum ErrorKind {
         /// The index or constraint the server named.
         constraint: Option<String>,
     },
-    /// The connection is gone or the server is going away (class 08, 57P01–57P03, or the
-    /// driver's own "connection closed").
+    /// The connection is gone, the server is going away, or it turned read-only (class
+    /// 08, 57P01–57P03, 25006, or the driver's own "connection closed").
     ConnectionLost,
     /// Anything else.
     Other,
@@ -67,7 +67,11 @@ pub(crate) fn classify_parts(
     if *code == SqlState::T_R_DEADLOCK_DETECTED {
         return ErrorKind::Deadlock;
     }
+    // A server that became read-only (a primary demoted, or a standby reached) will
+    // not take a claim or an outcome: the connection must go, so that the next one
+    // finds the primary (`target_session_attrs=read-write`).
     if code.code().starts_with("08")
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
         || *code == SqlState::ADMIN_SHUTDOWN
         || *code == SqlState::CRASH_SHUTDOWN
         || *code == SqlState::CANNOT_CONNECT_NOW
@@ -165,6 +169,7 @@ mod tests {
             SqlState::CANNOT_CONNECT_NOW,
             SqlState::CONNECTION_FAILURE,
             SqlState::CONNECTION_EXCEPTION,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
         ] {
             assert_eq!(
                 classify_parts(Some(&code), None, false, SLOT),

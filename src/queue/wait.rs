@@ -4,9 +4,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::Type;
-use postgres::{Client, NoTls};
 
 use super::Queue;
 use crate::connect::drop_elsewhere;
@@ -112,12 +112,13 @@ impl Listener {
             }
         };
         let connect_timeout = config
+            .config()
             .get_connect_timeout()
             .copied()
             .unwrap_or(Duration::from_secs(10))
             .min(budget.max(MIN_CHECKOUT_WAIT));
-        config.connect_timeout(connect_timeout);
-        let mut client = match config.connect(NoTls) {
+        config.config_mut().connect_timeout(connect_timeout);
+        let mut client = match config.connect() {
             Ok(client) => client,
             Err(e) => {
                 log::warn!(

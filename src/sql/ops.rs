@@ -418,6 +418,10 @@ pub(crate) fn channel_listen(channel: &str) -> String {
     format!("LISTEN \"{}\"", channel.replace('"', "\"\""))
 }
 
+/// This session's own encryption: `ssl`, `version`, `cipher` (one row).
+pub(crate) const CONNECTION_TLS: &str = "SELECT coalesce(s.ssl, false) AS ssl, s.version, s.cipher \
+     FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_stat_ssl s ON s.pid = pg_catalog.pg_backend_pid()";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 use fallible_iterator::FallibleIterator;
-use postgres::NoTls;
 
 use crate::connect::Pool;
 use crate::sql::quote_identifier;
@@ -127,7 +126,7 @@ impl Feed {
                 self.broadcast();
                 return;
             };
-            match config.connect(NoTls) {
+            match config.connect() {
                 Ok(mut client) => {
                     if let Err(e) =
                         client.batch_execute(&format!("LISTEN {}", quote_identifier(channel)))

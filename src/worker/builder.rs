@@ -409,7 +409,7 @@ impl WorkerBuilder {
 pub(crate) struct WorkerConfig {
     pub(crate) pool: Pool,
     /// Where the listener connects (`None`: it cannot, the dispatcher polls).
-    pub(crate) listen: Option<postgres::Config>,
+    pub(crate) listen: Option<crate::connect::Target>,
     /// Set when the worker polls instead of listening: the longest wait between looks.
     pub(crate) poll_interval: Option<Duration>,
     pub(crate) settings: Settings,

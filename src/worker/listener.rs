@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
 use fallible_iterator::FallibleIterator;
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use super::builder::WorkerConfig;
 use super::state::{Doorbell, Running, Wake};
@@ -30,7 +30,7 @@ const CONFIRM_WINDOW: Duration = Duration::from_secs(2);
 struct Listener<'a> {
     config: &'a WorkerConfig,
     /// Where to connect.
-    listen: &'a postgres::Config,
+    listen: &'a crate::connect::Target,
     doorbell: &'a Doorbell,
     running: &'a Running,
     /// Which of a list of ids this worker still owns (`sql::claim::queue_owned`).
@@ -87,7 +87,7 @@ pub(crate) fn run(
 
 impl Listener<'_> {
     fn connect(&self) -> Result<Client, postgres::Error> {
-        let mut client = self.listen.connect(NoTls)?;
+        let mut client = self.listen.connect()?;
         client.batch_execute(&sql::channel_listen(&self.config.settings.channel))?;
         Ok(client)
     }
@@ -181,7 +181,7 @@ impl Listener<'_> {
         let mut probe: Option<(uuid::Uuid, Instant)> = None;
         let mut unconfirmed: Vec<(i64, Instant)> = Vec::new();
         let mut last_probe = Instant::now();
-        let interval = health_interval(self.listen);
+        let interval = health_interval(self.listen.config());
         while !finished() {
             {
                 let started = Instant::now();

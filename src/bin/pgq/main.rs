@@ -105,6 +105,8 @@ fn report(failure: &Failure, target: Option<&str>) -> ExitCode {
 /// What to try next after an error, when something useful can be said.
 fn hint(e: &Error, target: Option<&str>) -> Option<String> {
     match e {
+        // The error says what to change already.
+        Error::Connect { advice, .. } if !advice.is_empty() => None,
         Error::Connect { .. } | Error::ConnectionConfig(_) | Error::Pool(_) => Some(
             "check --dsn, PGQUEUER_DSN (or PGDSN, DATABASE_URL) or the PG* variables, \
              and that the server is running and accepts this user"
