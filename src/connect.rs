@@ -231,11 +231,12 @@ impl Conn {
 
     /// Where a LISTEN connection beside this one connects: like this connection when it
     /// is direct; through a transaction pooler, to the listen DSN
-    /// (`ConnectOptions::listen_dsn`), or nowhere (LISTEN cannot work there: poll).
+    /// (`ConnectOptions::listen_dsn`), or nowhere (LISTEN cannot work there: poll). Its
+    /// `application_name` ends in `-listen`.
     pub(crate) fn listen_target(&self) -> Option<Target> {
         match self.statements.pooler {
-            Pooler::Direct => Some(self.target.clone()),
-            Pooler::Transaction => self.listen.clone(),
+            Pooler::Direct => Some(self.target.for_listening()),
+            Pooler::Transaction => self.listen.as_ref().map(Target::for_listening),
         }
     }
 
@@ -487,6 +488,24 @@ impl Target {
     /// The driver's configuration, to change a setting of its own (a timeout).
     pub(crate) fn config_mut(&mut self) -> &mut Config {
         &mut self.config
+    }
+
+    /// This target for a LISTEN connection: its `application_name` ends in `-listen`, so
+    /// that `pg_stat_activity` tells an operator (and a test) which connection listens.
+    pub(crate) fn for_listening(&self) -> Target {
+        let mut target = self.clone();
+        let name = self.config.get_application_name().unwrap_or("pgqueuer-rs");
+        if !name.ends_with("-listen") {
+            // PostgreSQL keeps 63 bytes of it.
+            let mut cut = name.len().min(63 - "-listen".len());
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            target
+                .config
+                .application_name(&format!("{}-listen", &name[..cut]));
+        }
+        target
     }
 
     /// Opens a plain client (for LISTEN connections, which stay out of any pool).

@@ -140,6 +140,18 @@ impl Throwaway {
     /// initdb and start. `hba_first` lines go at the top of `pg_hba.conf`, before the
     /// trust lines (e.g. `host all someone 127.0.0.1/32 scram-sha-256`).
     pub fn new(hba_first: &[&str]) -> Result<Throwaway, String> {
+        Throwaway::with_conf(hba_first, &[])
+    }
+
+    /// As [`Throwaway::new`], with `conf` lines appended to `postgresql.conf` before the
+    /// first start (e.g. `ssl = on`).
+    pub fn with_conf(hba_first: &[&str], conf: &[&str]) -> Result<Throwaway, String> {
+        Throwaway::initdb(hba_first, conf, true)
+    }
+
+    /// A data directory made by initdb, not started: for a standby, whose directory
+    /// `pg_basebackup` fills instead (see [`Throwaway::standby_of`]).
+    fn initdb(hba_first: &[&str], conf: &[&str], init: bool) -> Result<Throwaway, String> {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let bindir = find_server_bindir().ok_or("PostgreSQL server binaries (initdb) not found")?;
         let dir = std::env::temp_dir().join(format!(
@@ -177,6 +189,10 @@ impl Throwaway {
             bindir,
             as_root,
         };
+        if !init {
+            throwaway.spawn_watchdog()?;
+            return Ok(throwaway);
+        }
         let data = throwaway.data_str()?;
         let out = throwaway
             .command(
@@ -190,6 +206,15 @@ impl Throwaway {
                 "initdb failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             ));
+        }
+        if !conf.is_empty() {
+            let path = throwaway.data.join("postgresql.conf");
+            let mut text =
+                std::fs::read_to_string(&path).map_err(|e| format!("read postgresql.conf: {e}"))?;
+            text.push('\n');
+            text.push_str(&conf.join("\n"));
+            text.push('\n');
+            std::fs::write(&path, text).map_err(|e| format!("write postgresql.conf: {e}"))?;
         }
         if !hba_first.is_empty() {
             let path = throwaway.data.join("pg_hba.conf");
@@ -292,6 +317,15 @@ impl Throwaway {
         loop {
             match self.server.config("postgres").connect(NoTls) {
                 Ok(_) => return Ok(()),
+                // A server that answers with a refusal (a hostssl-only pg_hba.conf, say)
+                // is up; one still starting says 57P03.
+                Err(e)
+                    if e.as_db_error().is_some_and(|d| {
+                        d.code() != &pgqueuer::postgres::error::SqlState::CANNOT_CONNECT_NOW
+                    }) =>
+                {
+                    return Ok(());
+                }
                 Err(e) if Instant::now() > deadline => {
                     return Err(format!("throwaway server did not start: {e}"));
                 }
@@ -329,6 +363,77 @@ impl Throwaway {
         c.spawn()
             .map_err(|e| format!("starting the watchdog: {e}"))?;
         Ok(())
+    }
+
+    /// A streaming standby of `primary` (which must allow replication connections, as
+    /// initdb's trust lines do): `pg_basebackup -R` into a directory of its own, started
+    /// on a port of its own.
+    pub fn standby_of(primary: &Throwaway) -> Result<Throwaway, String> {
+        let standby = Throwaway::initdb(&[], &[], false)?;
+        let data = standby.data_str()?;
+        let port = primary.server.port.to_string();
+        let out = standby
+            .command(
+                "pg_basebackup",
+                &[
+                    "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-D", &data, "-R",
+                    "-X", "stream", "-c", "fast",
+                ],
+            )
+            .output()
+            .map_err(|e| format!("pg_basebackup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        standby.start()?;
+        Ok(standby)
+    }
+
+    /// Promotes a standby to primary and waits until it accepts writes.
+    pub fn promote(&self) -> Result<(), String> {
+        self.pg_ctl(&["promote"])?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let writable = self
+                .server
+                .config("postgres")
+                .connect(NoTls)
+                .and_then(|mut c| c.query_one("SELECT NOT pg_is_in_recovery()", &[]))
+                .map(|row| row.get::<_, bool>(0));
+            match writable {
+                Ok(true) => return Ok(()),
+                _ if Instant::now() > deadline => {
+                    return Err("the promoted standby never accepted writes".into());
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// The data directory (to put files beside the server's own, owned by its user).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// Gives `path` to the server's user (when running as root), so the server can read
+    /// a file a test wrote, such as its TLS key.
+    pub fn give_to_server(&self, path: &Path) -> Result<(), String> {
+        if !self.as_root {
+            return Ok(());
+        }
+        let status = Command::new("chown")
+            .arg("postgres:postgres")
+            .arg(path)
+            .status()
+            .map_err(|e| format!("chown: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("chown postgres {} failed", path.display()))
+        }
     }
 
     /// The DSN of `dbname` on this server.

@@ -87,6 +87,17 @@ pub(crate) fn upgrade(ctx: &Context, plan: bool) -> Outcome {
 pub(crate) fn verify(ctx: &Context, expect: Expect) -> Outcome {
     let settings = &ctx.settings;
     let mut conn = ctx.connect()?;
+    // Whether the connection is encrypted: a managed database may demand it, and
+    // `sslmode=prefer` falls back to plaintext where the server offers no TLS.
+    let tls = match pgqueuer::ops::connection_tls(&mut *conn) {
+        Ok(tls) => tls.to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    println!(
+        "Connection to {}: {tls}, {}.",
+        conn.target(),
+        conn.tls_settings()
+    );
     if expect == Expect::Present {
         return match pgqueuer::verify_with(&mut conn, settings) {
             Ok(()) => {
