@@ -17,6 +17,7 @@ mod proxy;
 mod queue;
 mod scheduler;
 mod schema;
+mod tls;
 mod web;
 mod worker;
 
