@@ -376,8 +376,19 @@ impl Throwaway {
             .command(
                 "pg_basebackup",
                 &[
-                    "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-D", &data, "-R",
-                    "-X", "stream", "-c", "fast",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    "postgres",
+                    "-D",
+                    &data,
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
                 ],
             )
             .output()

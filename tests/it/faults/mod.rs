@@ -12,8 +12,8 @@
 //! Shared pieces: `summary.rs` (the table), `process.rs` (worker processes),
 //! `checks.rs` (what the database says about a run, and a producer thread).
 
-mod checks;
-mod process;
+pub mod checks;
+pub mod process;
 mod summary;
 
 // One file per fault.

@@ -22,7 +22,9 @@ fn pool(dsn: &str) -> pgqueuer::Result<pgqueuer::Pool> {
 
 fn encrypted(pool: &pgqueuer::Pool) -> bool {
     let mut conn = pool.get().unwrap();
-    pgqueuer::ops::connection_tls(&mut **conn).unwrap().encrypted
+    pgqueuer::ops::connection_tls(&mut **conn)
+        .unwrap()
+        .encrypted
 }
 
 /// A server that accepts only TLS refuses `sslmode=disable` with an error that says so
@@ -37,7 +39,10 @@ fn plaintext_is_refused_with_what_to_change() {
         "{text}"
     );
     for extra in ["sslmode=prefer", ""] {
-        assert!(encrypted(&pool(&tls.dsn("postgres", extra)).unwrap()), "{extra:?}");
+        assert!(
+            encrypted(&pool(&tls.dsn("postgres", extra)).unwrap()),
+            "{extra:?}"
+        );
     }
 }
 
@@ -54,7 +59,10 @@ fn every_connection_the_crate_opens_is_encrypted() {
         format!("sslmode=verify-full sslrootcert={ca}"),
         format!("sslmode=require sslrootcert={ca}"),
     ] {
-        assert!(encrypted(&pool(&tls.dsn("postgres", &extra)).unwrap()), "{extra}");
+        assert!(
+            encrypted(&pool(&tls.dsn("postgres", &extra)).unwrap()),
+            "{extra}"
+        );
     }
     let pool = pool(&tls.verified_dsn()).unwrap();
     let queue = Queue::new(pool.clone());
@@ -95,7 +103,10 @@ fn every_connection_the_crate_opens_is_encrypted() {
             .unwrap();
         (row.get(0), row.get(1))
     };
-    assert!(all >= 4, "the pool, the worker and wait_for: {all} connections");
+    assert!(
+        all >= 4,
+        "the pool, the worker and wait_for: {all} connections"
+    );
     assert_eq!(plain, 0, "a connection in plaintext");
     drop(conn);
     gate.let_through(1);
@@ -174,7 +185,9 @@ fn a_client_certificate_authenticates() {
         &certs.client_key().display().to_string(),
         &loose.display().to_string(),
     );
-    let text = pool(&tls.dsn(CERT_USER, &loose_dsn)).unwrap_err().to_string();
+    let text = pool(&tls.dsn(CERT_USER, &loose_dsn))
+        .unwrap_err()
+        .to_string();
     assert!(text.contains("chmod 0600"), "{text}");
 }
 

@@ -4,7 +4,7 @@
 //! and `cert` authentication for one user.
 
 mod connect;
-
+mod fleet;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +14,8 @@ use crate::harness::Throwaway;
 
 /// The user that authenticates with its client certificate.
 pub const CERT_USER: &str = "tlsuser";
+/// The one user the server lets in without TLS (to compare with plaintext).
+pub const PLAIN_USER: &str = "plainuser";
 
 /// Certificates made for a test server.
 pub struct Certs {
@@ -53,12 +55,23 @@ impl Certs {
                 String::from_utf8_lossy(&out.stderr)
             );
         };
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-        for (name, subject) in [("ca", "/CN=pgqueuer test CA"), ("other-ca", "/CN=another CA")] {
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for (name, subject) in [
+            ("ca", "/CN=pgqueuer test CA"),
+            ("other-ca", "/CN=another CA"),
+        ] {
             let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
             let mut args = vec!["req", "-x509"];
             args.extend(ec);
-            args.extend(["-keyout", &key, "-out", &crt, "-days", "3", "-subj", subject]);
+            args.extend([
+                "-keyout", &key, "-out", &crt, "-days", "3", "-subj", subject,
+            ]);
             openssl(&args);
         }
         std::fs::write(
@@ -84,8 +97,21 @@ impl Certs {
             args.extend(["-keyout", &key, "-out", &csr, "-subj", subject]);
             openssl(&args);
             openssl(&[
-                "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", &crt, "-days", "3", "-extfile", &ext,
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "3",
+                "-extfile",
+                &ext,
             ]);
         }
         use std::os::unix::fs::PermissionsExt;
@@ -118,7 +144,10 @@ impl TlsServer {
     pub fn verified_dsn(&self) -> String {
         self.dsn(
             "postgres",
-            &format!("sslmode=verify-full sslrootcert={}", self.certs.ca().display()),
+            &format!(
+                "sslmode=verify-full sslrootcert={}",
+                self.certs.ca().display()
+            ),
         )
     }
 }
@@ -142,6 +171,7 @@ pub fn tls_server() -> &'static TlsServer {
         let hba = [
             "hostssl all tlsuser 127.0.0.1/32 cert",
             "hostssl all all 127.0.0.1/32 trust",
+            "hostnossl all plainuser 127.0.0.1/32 trust",
             "hostnossl all all 0.0.0.0/0 reject",
         ];
         // The server reads its key as its own user: hand the files over first.
@@ -165,7 +195,9 @@ pub fn tls_server() -> &'static TlsServer {
         let mut admin = pgqueuer::connect_one(&tls.verified_dsn(), "pgqueuer-tests")
             .expect("the TLS server answers over verify-full");
         admin
-            .batch_execute(&format!("CREATE ROLE {CERT_USER} LOGIN SUPERUSER"))
+            .batch_execute(&format!(
+                "CREATE ROLE {CERT_USER} LOGIN SUPERUSER; CREATE ROLE {PLAIN_USER} LOGIN SUPERUSER"
+            ))
             .unwrap();
         pgqueuer::upgrade(&mut admin).unwrap();
         tls
