@@ -201,7 +201,11 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             timeout,
         } => monitor::listen(ctx, channel, count, timeout),
         Command::PruneLog { older_than } => schema::prune_log(ctx, older_than),
-        Command::Web { host, port } => web(ctx, &host, port),
+        Command::Web {
+            host,
+            port,
+            allowed_hosts,
+        } => web(ctx, &host, port, allowed_hosts),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "pgq", &mut std::io::stdout());
             Ok(())
@@ -256,8 +260,11 @@ impl Context {
 
 /// `pgq web`: a pool of its own (a connection per request thread, the LISTEN
 /// connection outside it), served until the process is stopped.
-fn web(ctx: &Context, host: &str, port: u16) -> Outcome {
-    let web_options = pgqueuer::web::WebOptions::from_env()?;
+fn web(ctx: &Context, host: &str, port: u16, allowed_hosts: Vec<String>) -> Outcome {
+    let mut web_options = pgqueuer::web::WebOptions::from_env()?;
+    // Checked by `serve`, which names the option of a bad one.
+    web_options.allowed_hosts.extend(allowed_hosts);
+    let listed = !web_options.allowed_hosts.is_empty();
     let options = pgqueuer::ConnectOptions {
         max_size: u32::try_from(web_options.threads).unwrap_or(4) + 1,
         min_idle: 1,
@@ -284,6 +291,15 @@ fn web(ctx: &Context, host: &str, port: u16) -> Outcome {
             "pgq: WARNING: serving {bound} without authentication: anyone who can reach it can \
              read every job and requeue or cancel jobs. Set PGQUEUER_WEB_USER and \
              PGQUEUER_WEB_PASSWORD, or use --host 127.0.0.1."
+        );
+    }
+    if !listed && bound.ip().is_unspecified() {
+        eprintln!(
+            "pgq: note: serving every interface, but answering only requests for localhost, \
+             127.0.0.1 and [::1] on port {}: any other name or address gets 421 Misdirected \
+             Request. Pass --allowed-host NAME (or set PGQUEUER_WEB_ALLOWED_HOSTS) with the \
+             names clients use.",
+            bound.port()
         );
     }
     println!("pgq web: serving http://{bound}/ (metrics at /metrics); Ctrl-C stops");

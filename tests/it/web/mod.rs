@@ -204,6 +204,7 @@ impl PgqWeb {
             .env_remove("PGQUEUER_WEB_USER")
             .env_remove("PGQUEUER_WEB_PASSWORD")
             .env_remove("PGQUEUER_WEB_HOST")
+            .env_remove("PGQUEUER_WEB_ALLOWED_HOSTS")
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
