@@ -626,10 +626,21 @@ impl server::Handler for App {
 }
 
 impl App {
-    /// The 421 answer of a request for a name the dashboard does not answer for.
+    /// The 421 answer of a request for a name the dashboard does not answer for (and the
+    /// 400 of one naming several).
     fn misdirected(&self, head: &Head) -> Option<Reply> {
         // An absolute-form target's authority stands for `Host` (RFC 9112 3.2.2); both
         // must be allowed when both are sent.
+        if head.headers.get_all("host").iter().count() > 1 {
+            // Which one is meant is the question request smuggling asks (RFC 9112 3.2).
+            return Some(Reply::text(
+                400,
+                "text/plain; charset=utf-8",
+                "A request carries one Host header, not several. Nothing was read or \
+                 changed.\n"
+                    .into(),
+            ));
+        }
         let host = head.header("host");
         let named = [head.authority.as_deref(), host];
         if host.is_some() && named.iter().flatten().all(|h| self.hosts.allows(h)) {

@@ -65,9 +65,14 @@ pub(super) const MAX_WAITING: usize = 64;
 /// `ENFILE`; no buffers), the loop waits this long before it accepts again, doubling
 /// up to [`ACCEPT_BACKOFF_MAX`]: the pending connection stays in the kernel's queue, so
 /// accepting at once would only fail again, spinning a core.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(20);
-/// The longest wait between two accepts while they keep failing.
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The longest wait between two accepts while they keep failing: short, so that the
+/// server answers again within a fraction of a second once descriptors free up (a
+/// failing `accept` is one system call, cheap at this rate).
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// Accept failures are logged as a warning at most this often (they come in bursts
+/// while descriptors run out).
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// The kernel's queue of connections not yet accepted (`listen(2)`'s backlog).
 const LISTEN_BACKLOG: u32 = 1024;
@@ -283,7 +288,7 @@ impl Bound {
             .max_headers(MAX_HEADERS)
             .keep_alive(true);
         let shared = Arc::new(Shared {
-            handler: Arc::clone(&handler),
+            handler,
             connections: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
             jobs,
@@ -298,7 +303,7 @@ impl Bound {
             e
         };
         for i in 0..shared.limits.threads {
-            let (handler, waiting) = (Arc::clone(&handler), waiting.clone());
+            let (handler, waiting) = (Arc::clone(&shared.handler), waiting.clone());
             match std::thread::Builder::new()
                 .name(format!("pgqueuer-web-{i}"))
                 .spawn(move || answer_on_this_thread(&*handler, &waiting))
@@ -380,6 +385,7 @@ fn answer_on_this_thread(handler: &dyn Handler, waiting: &Receiver<Job>) {
 async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut failures = 0u64;
+    let mut warned: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -413,13 +419,16 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
             // The connection went before it was accepted: the next one is unaffected.
             Err(e) if is_per_connection(&e) => {}
             Err(e) => {
-                if failures == 0 {
+                if warned.is_none_or(|at| at.elapsed() >= ACCEPT_WARN_EVERY) {
+                    warned = Some(Instant::now());
                     log::warn!(
                         "pgqueuer web: accepting a connection failed: {e}; retrying, backing \
                          off up to {} ms while it fails (connections wait in the kernel's \
-                         queue meanwhile)",
+                         queue meanwhile; said at most once a minute)",
                         ACCEPT_BACKOFF_MAX.as_millis()
                     );
+                } else {
+                    log::debug!("pgqueuer web: accepting a connection failed: {e}");
                 }
                 failures += 1;
                 tokio::select! {
@@ -789,5 +798,116 @@ impl<T: Write + Unpin> Write for WriteDeadline<T> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.io).poll_shutdown(cx);
         this.watch(cx, poll)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpStream;
+
+    use super::*;
+
+    /// Panics on `/panic`, answers 200 elsewhere.
+    struct Fragile;
+
+    impl Handler for Fragile {
+        fn admit(&self, _: &Head) -> Admit {
+            Admit::Handle
+        }
+
+        fn respond(&self, request: Request) -> Reply {
+            assert!(request.head.path != "/panic", "a bug in a page");
+            Reply::plain(200, "fine\n")
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            threads: 1,
+            max_connections: 16,
+            header_read_timeout: Duration::from_secs(5),
+            body_read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn answer(addr: SocketAddr, raw: &str) -> String {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = stream.write_all(raw.as_bytes());
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        answer(
+            addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        )
+    }
+
+    /// A handler that panics answers 500, and its thread (the only one) answers the next
+    /// request; the server stops when told.
+    #[test]
+    fn a_panic_is_answered_500_and_the_thread_serves_on() {
+        let bound = Bound::bind("127.0.0.1:0").unwrap();
+        let addr = bound.addr();
+        let mut running = bound.serve(limits(), Arc::new(Fragile)).unwrap();
+        for _ in 0..3 {
+            let text = get(addr, "/panic");
+            assert!(text.starts_with("HTTP/1.1 500"), "{text}");
+            assert!(text.contains("serves on"), "{text}");
+            let text = get(addr, "/ok");
+            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        }
+        running.stop();
+        running.join();
+        assert!(TcpStream::connect(addr).is_err(), "stopped listening");
+    }
+
+    /// The head and body bounds, without a database: a long head gets 431, a declared
+    /// body over the limit 413 (unread), a chunked one 413 once it passes the limit.
+    #[test]
+    fn heads_and_bodies_are_bounded() {
+        let bound = Bound::bind("127.0.0.1:0").unwrap();
+        let addr = bound.addr();
+        let mut running = bound.serve(limits(), Arc::new(Fragile)).unwrap();
+        let long = "a".repeat(MAX_HEADER_BYTES);
+        let text = answer(
+            addr,
+            &format!("GET / HTTP/1.1\r\nHost: x\r\nX-Long: {long}\r\n\r\n"),
+        );
+        assert!(text.starts_with("HTTP/1.1 431"), "{text}");
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: 1\r\n")).collect();
+        let text = answer(addr, &format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n"));
+        assert!(text.starts_with("HTTP/1.1 431"), "{text}");
+        let text = answer(
+            addr,
+            &format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                MAX_BODY_BYTES + 1
+            ),
+        );
+        assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+        let chunk = "b".repeat(64 << 10);
+        let chunks: String = (0..5).map(|_| format!("10000\r\n{chunk}\r\n")).collect();
+        let text = answer(
+            addr,
+            &format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}0\r\n\r\n"
+            ),
+        );
+        assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+        let text = answer(
+            addr,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nids=1",
+        );
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        running.stop();
+        running.join();
     }
 }

@@ -274,7 +274,7 @@ pub(crate) enum Command {
         port: u16,
         /// Answer requests for NAME too (`name`, `name:port`, or `*` for any name), in
         /// addition to PGQUEUER_WEB_ALLOWED_HOSTS (comma-separated). Always answered: the
-        /// bound address and localhost, 127.0.0.1 and [::1] on the port; other names get
+        /// bound address and localhost, 127.0.0.1 and `[::1]` on the port; other names get
         /// 421 (a defence against DNS rebinding). Needed behind a reverse proxy and for
         /// --host 0.0.0.0 reached by a name or another address. Repeatable.
         #[arg(long = "allowed-host", value_name = "NAME", value_delimiter = ',')]
