@@ -650,7 +650,7 @@ impl App {
             .iter()
             .flatten()
             .find(|h| !self.hosts.allows(h))
-            .map_or("(none)", |h| *h)
+            .map_or("(no Host header)", |h| *h)
             .chars()
             .take(100)
             .collect();

@@ -43,7 +43,7 @@ use tokio::time::{Instant, Sleep};
 /// a client streaming an endless header line costs this much memory, not what it
 /// sends. Browsers send a few KiB (cookies of other programs on `localhost` included);
 /// 32 KiB is four times nginx's default line buffer. Also hyper's read buffer size, so
-/// at most [`MAX_CONNECTIONS`](Limits::max_connections) times this is buffered at once.
+/// at most [`Limits::max_connections`] times this is buffered at once.
 pub(super) const MAX_HEADER_BYTES: usize = 32 << 10;
 
 /// The most header fields in a request (hyper answers 431 past it). A browser sends

@@ -262,9 +262,9 @@ impl Context {
 /// connection outside it), served until the process is stopped.
 fn web(ctx: &Context, host: &str, port: u16, allowed_hosts: Vec<String>) -> Outcome {
     let mut web_options = pgqueuer::web::WebOptions::from_env()?;
-    // Checked by `serve`, which names the option of a bad one.
+    // Checked by `serve`, which names the option of a bad one (and warns when 0.0.0.0
+    // is bound with none listed).
     web_options.allowed_hosts.extend(allowed_hosts);
-    let listed = !web_options.allowed_hosts.is_empty();
     let options = pgqueuer::ConnectOptions {
         max_size: u32::try_from(web_options.threads).unwrap_or(4) + 1,
         min_idle: 1,
@@ -291,15 +291,6 @@ fn web(ctx: &Context, host: &str, port: u16, allowed_hosts: Vec<String>) -> Outc
             "pgq: WARNING: serving {bound} without authentication: anyone who can reach it can \
              read every job and requeue or cancel jobs. Set PGQUEUER_WEB_USER and \
              PGQUEUER_WEB_PASSWORD, or use --host 127.0.0.1."
-        );
-    }
-    if !listed && bound.ip().is_unspecified() {
-        eprintln!(
-            "pgq: note: serving every interface, but answering only requests for localhost, \
-             127.0.0.1 and [::1] on port {}: any other name or address gets 421 Misdirected \
-             Request. Pass --allowed-host NAME (or set PGQUEUER_WEB_ALLOWED_HOSTS) with the \
-             names clients use.",
-            bound.port()
         );
     }
     println!("pgq web: serving http://{bound}/ (metrics at /metrics); Ctrl-C stops");

@@ -197,6 +197,9 @@ fn status_in_db(db: &TestDb, id: i64) -> String {
         .get(0)
 }
 
+/// A `Content-Length` of 9e18 or 2^64-1, on GET and on POST, is refused (413, or hyper's
+/// 431 for a length it cannot hold) without reading or allocating it, and the form is
+/// not acted on.
 #[test]
 fn a_huge_declared_length_is_refused_before_reading() {
     let db = TestDb::new();
@@ -226,6 +229,8 @@ fn a_huge_declared_length_is_refused_before_reading() {
     }
 }
 
+/// A client streaming a 1 GiB header line is answered 431 or cut off after a few MiB at
+/// most (hyper buffers 32 KiB of head).
 #[test]
 fn an_endless_header_line_is_cut_off_early() {
     let db = TestDb::new();
@@ -276,6 +281,8 @@ fn an_endless_header_line_is_cut_off_early() {
     }
 }
 
+/// 100 connections sending a byte a second do not keep `/healthz` from answering, and
+/// (embedded, head timeout 2 s) are closed by the server.
 #[test]
 fn slowloris_does_not_starve_healthz_and_is_cut_off() {
     let db = TestDb::new();
@@ -323,6 +330,8 @@ fn slowloris_does_not_starve_healthz_and_is_cut_off() {
     }
 }
 
+/// 2,000 connections opened at once: the server stays small, those beyond its cap are
+/// told 503 and closed, and it serves once they go.
 #[test]
 fn two_thousand_connections_at_once() {
     let db = TestDb::new();
@@ -355,6 +364,8 @@ fn two_thousand_connections_at_once() {
     }
 }
 
+/// `pgq web` under `ulimit -n 128` flooded past its descriptors keeps its accept loop
+/// (backing off on EMFILE) and serves again once the flood goes, twice.
 #[test]
 fn exhausted_file_descriptors_do_not_stop_accepting() {
     let db = TestDb::new();
@@ -371,7 +382,11 @@ fn exhausted_file_descriptors_do_not_stop_accepting() {
     let flood: Vec<TcpStream> = (0..400)
         .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
         .collect();
-    assert!(flood.len() > 200, "{} connected", flood.len());
+    assert!(
+        flood.len() > 128,
+        "only {} connected: not more than the process's descriptors",
+        flood.len()
+    );
     target.small("400 connections with 128 descriptors");
     drop(flood);
     target.check("running out of file descriptors");
@@ -383,6 +398,8 @@ fn exhausted_file_descriptors_do_not_stop_accepting() {
     target.check("running out of file descriptors twice");
 }
 
+/// A foreign `Host` (or absolute-form target), the DNS-rebinding POST among them, gets
+/// 421 on GET and POST with a body saying how to allow the name, and no job changes.
 #[test]
 fn foreign_host_names_get_421_and_change_nothing() {
     let db = TestDb::new();
@@ -451,6 +468,8 @@ fn foreign_host_names_get_421_and_change_nothing() {
     }
 }
 
+/// NUL and broken %-escapes in query, path and form parameters get 400 naming the
+/// parameter (NUL: why no stored name has one), never 500, and change nothing.
 #[test]
 fn broken_escapes_and_nul_in_parameters_get_400_naming_them() {
     let db = TestDb::new();
