@@ -51,6 +51,18 @@ pub(crate) struct QueueSql {
     pub(crate) dedupe_index: String,
     /// The capacity-slot index (for error classification).
     pub(crate) slot_index: String,
+    /// `queue_select_shown`: the row `$1` for the dashboard's job page, its payload and
+    /// headers bounded (see [`queue_select_shown`]).
+    #[cfg(feature = "web")]
+    pub(crate) select_shown: String,
+    /// `log_select_shown`: the latest [`HISTORY_SHOWN`] log rows of the job `$1`, oldest
+    /// first, tracebacks bounded.
+    #[cfg(feature = "web")]
+    pub(crate) log_select_shown: String,
+    /// `queue_select_failed_shown`: held rows as `select_failed` gives them, at most `$1`,
+    /// without payloads or headers, reasons cut.
+    #[cfg(feature = "web")]
+    pub(crate) select_failed_shown: String,
 }
 
 impl QueueSql {
@@ -78,6 +90,12 @@ impl QueueSql {
             queue_table: s.queue_table.to_ascii_lowercase(),
             dedupe_index: format!("{}_unique_dedupe_key", s.queue_table).to_ascii_lowercase(),
             slot_index: s.slot_index_name().to_ascii_lowercase(),
+            #[cfg(feature = "web")]
+            select_shown: queue_select_shown(s),
+            #[cfg(feature = "web")]
+            log_select_shown: log_select_shown(s),
+            #[cfg(feature = "web")]
+            select_failed_shown: queue_select_failed_shown(s),
         }
     }
 
@@ -323,6 +341,120 @@ fn log_select_latest(s: &Settings) -> String {
   FROM {log}
  WHERE job_id = ANY($1::bigint[])
  ORDER BY job_id, created DESC, id DESC"
+    )
+}
+
+/// Payload bytes the dashboard's job page reads at most (`substring` in the statement:
+/// a payload of hundreds of MiB costs the page this much, on every live refresh).
+#[cfg(feature = "web")]
+pub(crate) const PAYLOAD_SHOWN: i32 = 16 << 10;
+/// Characters of the headers' JSON text the job page reads at most.
+#[cfg(feature = "web")]
+pub(crate) const HEADERS_SHOWN: i32 = 16 << 10;
+/// Log rows of one job the job page reads at most (the latest ones).
+#[cfg(feature = "web")]
+pub(crate) const HISTORY_SHOWN: i64 = 500;
+/// Characters of a traceback record's JSON text read whole; of a longer one, the type
+/// and message are read cut to [`REASON_SHOWN`] and the traceback text to this.
+#[cfg(feature = "web")]
+const TRACEBACK_SHOWN: i32 = 16 << 10;
+/// Characters of a failure's type and of its message read at most.
+#[cfg(feature = "web")]
+const REASON_SHOWN: i32 = 2000;
+
+/// The jsonb traceback `column`, bounded: itself when its text is short, else an object
+/// of PgQueuer's shape with each field cut (and a note of the whole size).
+#[cfg(feature = "web")]
+fn bounded_traceback(column: &str) -> String {
+    format!(
+        "CASE WHEN {column} IS NULL OR octet_length({column}::text) <= {TRACEBACK_SHOWN}
+      THEN {column}
+      ELSE jsonb_build_object(
+          'exception_type', left({column}->>'exception_type', {REASON_SHOWN}),
+          'exception_message', left({column}->>'exception_message', {REASON_SHOWN}),
+          'traceback', left({column}->>'traceback', {TRACEBACK_SHOWN})
+              || ' [cut: the whole traceback record is '
+              || octet_length({column}::text) || ' bytes]')
+ END"
+    )
+}
+
+/// The jsonb traceback `column` as a failure's type and message only, each cut to
+/// [`REASON_SHOWN`] characters (what the dashboard's lists show).
+#[cfg(feature = "web")]
+pub(crate) fn failure_summary(column: &str) -> String {
+    format!(
+        "jsonb_build_object(
+    'exception_type', left({column}->>'exception_type', {REASON_SHOWN}),
+    'exception_message', left({column}->>'exception_message', {REASON_SHOWN}))"
+    )
+}
+
+/// The row `$1 bigint` with [`Job::COLUMNS`]' names, for a page: `payload` holds the
+/// first [`PAYLOAD_SHOWN`] bytes (`payload_bytes`: the whole size), `headers` is NULL and
+/// `headers_text` holds the first [`HEADERS_SHOWN`] characters of their JSON text
+/// (`headers_bytes`: the whole size; JSON `null` reads as none), the dedupe key is cut.
+#[cfg(feature = "web")]
+fn queue_select_shown(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    format!(
+        "SELECT id, priority, queue_manager_id, created, updated, heartbeat, execute_after,
+       status::text AS status, entrypoint, left(dedupe_key, {REASON_SHOWN}) AS dedupe_key,
+       substring(payload FROM 1 FOR {PAYLOAD_SHOWN}) AS payload,
+       octet_length(payload)::bigint AS payload_bytes,
+       NULL::jsonb AS headers,
+       CASE WHEN headers IS NULL OR headers = 'null'::jsonb THEN NULL
+            ELSE left(headers::text, {HEADERS_SHOWN}) END AS headers_text,
+       coalesce(octet_length(headers::text), 0)::bigint AS headers_bytes,
+       attempts, slot
+  FROM {queue}
+ WHERE id = $1::bigint"
+    )
+}
+
+/// The latest [`HISTORY_SHOWN`] log rows of the job `$1 bigint`, oldest first, as
+/// `log_select_job` returns them but with tracebacks bounded.
+#[cfg(feature = "web")]
+fn log_select_shown(s: &Settings) -> String {
+    let log = s.qualify(&s.queue_table_log);
+    format!(
+        "SELECT * FROM (
+    SELECT id, created, status::text AS status, priority, entrypoint,
+           {traceback} AS traceback
+      FROM {log}
+     WHERE job_id = $1::bigint
+     ORDER BY created DESC, id DESC
+     LIMIT {HISTORY_SHOWN}
+) latest
+ ORDER BY created, id",
+        traceback = bounded_traceback("traceback")
+    )
+}
+
+/// Held (`failed`) rows with their latest failure, as `queue_select_failed` returns
+/// them (at most `$1`), but without payloads, headers or dedupe keys and with the
+/// failure's type and message only, cut.
+#[cfg(feature = "web")]
+fn queue_select_failed_shown(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT job.id, job.priority, job.queue_manager_id, job.created, job.updated,
+       job.heartbeat, job.execute_after, job.status::text AS status, job.entrypoint,
+       NULL::text AS dedupe_key, NULL::bytea AS payload, NULL::jsonb AS headers,
+       job.attempts, job.slot, reason.failure
+  FROM {queue} AS job
+  LEFT JOIN LATERAL (
+       SELECT {failure} AS failure FROM {log} AS l
+        WHERE l.job_id = job.id AND l.status = 'failed'::{status}
+        ORDER BY l.created DESC, l.id DESC
+        LIMIT 1
+  ) AS reason ON true
+ WHERE job.status = 'failed'::{status}
+ ORDER BY job.created, job.id
+ LIMIT $1::bigint",
+        failure = failure_summary("l.traceback")
     )
 }
 

@@ -470,27 +470,52 @@ pub(super) fn jobs<C: GenericClient>(
     .collect()
 }
 
-/// The job's row (while it is in the queue table) and its whole log history.
+pub(super) use crate::sql::queue::HISTORY_SHOWN;
+use crate::sql::queue::failure_summary;
+
+/// The job page's row: the job with at most [`PAYLOAD_SHOWN`](crate::sql::queue::PAYLOAD_SHOWN) bytes of its payload and
+/// none of its headers (those come as text, bounded).
+#[derive(Debug, Clone)]
+pub(super) struct JobDetail {
+    pub job: Job,
+    /// The whole payload's size (`job.payload` holds its first bytes).
+    pub payload_bytes: Option<i64>,
+    /// The headers' JSON text, at most [`HEADERS_SHOWN`](crate::sql::queue::HEADERS_SHOWN) characters; `None` for SQL
+    /// NULL and JSON `null`.
+    pub headers_text: Option<String>,
+    /// The whole headers text's size.
+    pub headers_bytes: i64,
+}
+
+/// The job's row (while it is in the queue table), bounded as [`JobDetail`] says, and
+/// its latest [`HISTORY_SHOWN`] log rows (oldest first), tracebacks bounded.
 pub(super) fn job<C: GenericClient>(
     client: &mut C,
     queue: &Queue,
     id: JobId,
-) -> Result<(Option<Job>, Vec<LogEntry>)> {
+) -> Result<(Option<JobDetail>, Vec<LogEntry>)> {
     let sql = queue.statements();
-    let ids = vec![id];
-    let job = query_alone(client, &sql.select, &[(&ids, Type::INT8_ARRAY)])?
+    let job = query_alone(client, &sql.select_shown, &[(&id, Type::INT8)])?
         .iter()
-        .map(Job::from_row)
+        .map(|row| -> Result<JobDetail> {
+            Ok(JobDetail {
+                job: Job::from_row(row)?,
+                payload_bytes: row.try_get("payload_bytes")?,
+                headers_text: row.try_get("headers_text")?,
+                headers_bytes: row.try_get("headers_bytes")?,
+            })
+        })
         .next()
         .transpose()?;
-    let history = query_alone(client, &sql.log_select_job, &[(&id, Type::INT8)])?
+    let history = query_alone(client, &sql.log_select_shown, &[(&id, Type::INT8)])?
         .iter()
         .map(LogEntry::from_row)
         .collect::<Result<_>>()?;
     Ok((job, history))
 }
 
-/// Held (`failed`) jobs with their reasons, oldest first.
+/// Held (`failed`) jobs with their reasons, oldest first: without payloads and headers
+/// (the list shows neither), reasons cut.
 pub(super) fn failed<C: GenericClient>(
     client: &mut C,
     queue: &Queue,
@@ -498,7 +523,7 @@ pub(super) fn failed<C: GenericClient>(
 ) -> Result<Vec<FailedJob>> {
     query_alone(
         client,
-        &queue.statements().select_failed,
+        &queue.statements().select_failed_shown,
         &[(&limit, Type::INT8)],
     )?
     .iter()
@@ -521,6 +546,8 @@ pub(super) struct LoggedException {
     pub failure: Option<Failure>,
 }
 
+/// The latest `limit` exceptions (of one entrypoint or all), with the failure's type and
+/// message only, cut.
 pub(super) fn exceptions<C: GenericClient>(
     client: &mut C,
     s: &Settings,
@@ -530,11 +557,12 @@ pub(super) fn exceptions<C: GenericClient>(
     let log = s.qualify(&s.queue_table_log);
     let status = s.qualify(&s.queue_status_type);
     let sql = format!(
-        "SELECT job_id, created, entrypoint, traceback
+        "SELECT job_id, created, entrypoint, {failure} AS traceback
   FROM {log}
  WHERE status = 'exception'::{status} AND ($1::text IS NULL OR entrypoint = $1::text)
  ORDER BY created DESC, id DESC
- LIMIT $2::bigint"
+ LIMIT $2::bigint",
+        failure = failure_summary("traceback")
     );
     query_alone(
         client,

@@ -1,19 +1,82 @@
-//! The small parts of HTTP the dashboard needs and tiny_http leaves to its user: query
-//! strings and urlencoded forms, Basic credentials, and the same-origin check of actions.
+//! The small parts of HTTP the dashboard needs above hyper: query strings and
+//! urlencoded forms, Basic credentials, the names the dashboard answers for (its host
+//! allowlist) and the same-origin check of actions.
 
-/// `application/x-www-form-urlencoded` pairs (a query string or a form body), decoded;
-/// `None` when a percent escape is malformed or the text is not UTF-8.
-pub(super) fn pairs(text: &str) -> Option<Vec<(String, String)>> {
+use std::fmt;
+use std::net::SocketAddr;
+
+/// Why a parameter (of a query string, a form or the path) was refused; its `Display`
+/// names the parameter and says what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct BadParam {
+    /// The parameter's name as sent (decoded where it could be), or a description of
+    /// where the value was (`the entrypoint name in the path`).
+    pub name: String,
+    pub why: Broken,
+}
+
+/// What was wrong with a parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Broken {
+    /// A `%` not followed by two hex digits.
+    Escape,
+    /// The decoded bytes are not UTF-8.
+    NotUtf8,
+    /// A NUL character (`%00`).
+    Nul,
+}
+
+impl fmt::Display for BadParam {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = &self.name;
+        match self.why {
+            Broken::Escape => write!(
+                f,
+                "the parameter `{name}` is not valid: a % must be followed by two hex digits"
+            ),
+            Broken::NotUtf8 => write!(
+                f,
+                "the parameter `{name}` is not valid: its %-escapes do not decode to UTF-8 text"
+            ),
+            Broken::Nul => write!(
+                f,
+                "the parameter `{name}` is not valid: it holds a NUL character (%00), which \
+                 PostgreSQL text cannot store, so no entrypoint name or other stored value \
+                 has one"
+            ),
+        }
+    }
+}
+
+/// `application/x-www-form-urlencoded` pairs (a query string or a form body), decoded.
+///
+/// # Errors
+/// The first parameter whose name or value has a broken %-escape, is not UTF-8 or holds
+/// a NUL character.
+pub(super) fn pairs(text: &str) -> Result<Vec<(String, String)>, BadParam> {
     text.split('&')
         .filter(|part| !part.is_empty())
         .map(|part| {
             let (key, value) = part.split_once('=').unwrap_or((part, ""));
-            Some((decode(key)?, decode(value)?))
+            let name = decode(key).map_err(|why| BadParam {
+                // The name as sent, cut: it could not be decoded.
+                name: key.chars().take(64).collect(),
+                why,
+            })?;
+            let value = decode(value).map_err(|why| BadParam {
+                name: name.chars().take(64).collect(),
+                why,
+            })?;
+            Ok((name, value))
         })
         .collect()
 }
 
-fn decode(text: &str) -> Option<String> {
+/// One percent-encoded value (`+` is a space), decoded.
+///
+/// # Errors
+/// As [`pairs`].
+pub(super) fn decode(text: &str) -> Result<String, Broken> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -21,16 +84,23 @@ fn decode(text: &str) -> Option<String> {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' => {
-                let hex = bytes.get(i + 1..i + 3)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
+                let hex = bytes.get(i + 1..i + 3).ok_or(Broken::Escape)?;
+                let hex = std::str::from_utf8(hex).map_err(|_| Broken::Escape)?;
+                // from_str_radix takes a sign: `%+1` is not an escape.
+                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(Broken::Escape);
+                }
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| Broken::Escape)?);
                 i += 2;
             }
             b => out.push(b),
         }
         i += 1;
     }
-    String::from_utf8(out).ok()
+    if out.contains(&0) {
+        return Err(Broken::Nul);
+    }
+    String::from_utf8(out).map_err(|_| Broken::NotUtf8)
 }
 
 /// `text` escaped for a query string value.
@@ -95,12 +165,142 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// The names (`Host` values) the dashboard answers for. A page of a name not on the
+/// list could be a DNS-rebinding attack: a page of `evil.example`, whose name the
+/// attacker points at 127.0.0.1 after it loaded, would read the dashboard as its own
+/// origin. Always allowed: the bound address and the loopback names (`localhost`,
+/// `127.0.0.1`, `[::1]`), each with the bound port; more from
+/// [`super::WebOptions::allowed_hosts`].
+#[derive(Debug, Clone)]
+pub(super) struct Hosts {
+    allowed: Vec<Allowed>,
+    /// `*` was given: every name is allowed (the check is off).
+    any: bool,
+}
+
+/// One allowed name, lower case, an IPv6 address in brackets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Allowed {
+    name: String,
+    /// `None`: any port.
+    port: Option<u16>,
+}
+
+/// `host[:port]` split and checked: the name lower case without a final dot, the port
+/// a number. `None` when it is not an authority (user info, a path, spaces, a bad port).
+fn authority(text: &str) -> Option<(String, Option<u16>)> {
+    let text = text.trim();
+    if text.is_empty()
+        || text.len() > 300
+        || !text.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
+        })
+    {
+        return None;
+    }
+    let (name, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (address, after) = rest.split_once(']')?;
+        if address.is_empty() || address.contains(['[', ']']) {
+            return None;
+        }
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':')?),
+        };
+        (format!("[{address}]"), port)
+    } else {
+        match text.split_once(':') {
+            Some((name, port)) => (name.to_owned(), Some(port)),
+            None => (text.to_owned(), None),
+        }
+    };
+    if name.is_empty() || name.contains([':', '[', ']']) && !name.starts_with('[') {
+        return None;
+    }
+    let port = match port {
+        None => None,
+        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => Some(p.parse().ok()?),
+        Some(_) => return None,
+    };
+    let mut name = name.to_ascii_lowercase();
+    if name.len() > 1 && name.ends_with('.') {
+        name.pop();
+    }
+    Some((name, port))
+}
+
+/// Checks one entry of an allowlist (`name`, `name:port`, `[v6]:port`, or `*`).
+///
+/// # Errors
+/// Why it is not one.
+pub(super) fn check_allowed_host(entry: &str) -> Result<(), String> {
+    if entry.trim() == "*" || authority(entry).is_some() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{entry}` is not a host name with an optional port (like dash.example.com, \
+             dash.example.com:8080 or [fd00::1]:8080)"
+        ))
+    }
+}
+
+impl Hosts {
+    /// The bound address, the loopback names on its port, and `extra` (checked already
+    /// with [`check_allowed_host`]; a bad entry is skipped).
+    pub(super) fn new(bound: SocketAddr, extra: &[String]) -> Hosts {
+        let port = Some(bound.port());
+        let ip = match bound {
+            SocketAddr::V4(a) => a.ip().to_string(),
+            SocketAddr::V6(a) => format!("[{}]", a.ip()),
+        };
+        let mut allowed: Vec<Allowed> = [ip.as_str(), "localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .map(|name| Allowed {
+                name: (*name).to_owned(),
+                port,
+            })
+            .collect();
+        let mut any = false;
+        for entry in extra {
+            if entry.trim() == "*" {
+                any = true;
+            } else if let Some((name, port)) = authority(entry) {
+                allowed.push(Allowed { name, port });
+            }
+        }
+        allowed.dedup();
+        Hosts { allowed, any }
+    }
+
+    /// Whether requests for `host` (a `Host` header or an absolute URL's authority) are
+    /// answered. A name allowed with a port matches that port, and no port when it is
+    /// 80 (a browser leaves the default port out).
+    pub(super) fn allows(&self, host: &str) -> bool {
+        if self.any {
+            return true;
+        }
+        let Some((name, port)) = authority(host) else {
+            return false;
+        };
+        self.allowed.iter().any(|a| {
+            a.name == name
+                && match (a.port, port) {
+                    (None, _) => true,
+                    (Some(want), Some(got)) => want == got,
+                    (Some(want), None) => want == 80,
+                }
+        })
+    }
+}
+
 /// Whether a state-changing request comes from a page of this server: its `Origin` (or,
-/// without one, its `Referer`) names the host the request was sent to, and the browser
-/// does not call it cross-site. Requests that carry neither header are refused too: a
-/// browser sends `Origin` with every POST, and a script can send it as well.
+/// without one, its `Referer`) is an `http(s)` URL of a name the dashboard answers for,
+/// and the browser does not call it cross-site. The request's own `Host` proves
+/// nothing (a rebinding page sends its own name as both). Requests that carry neither
+/// header are refused too: a browser sends `Origin` with every POST, and a script can
+/// send it as well.
 pub(super) fn same_origin(
-    host: Option<&str>,
+    hosts: &Hosts,
     origin: Option<&str>,
     referer: Option<&str>,
     fetch_site: Option<&str>,
@@ -108,24 +308,19 @@ pub(super) fn same_origin(
     if matches!(fetch_site, Some(site) if site != "same-origin" && site != "none") {
         return false;
     }
-    let Some(host) = host else {
-        return false;
-    };
-    let authority = |url: &str| -> Option<String> {
-        let rest = url
+    let allowed = |url: &str| -> bool {
+        let Some(rest) = url
             .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"))?;
-        Some(
-            rest.split('/')
-                .next()
-                .unwrap_or_default()
-                .to_ascii_lowercase(),
-        )
+            .or_else(|| url.strip_prefix("https://"))
+        else {
+            return false;
+        };
+        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        hosts.allows(host)
     };
-    let host = host.to_ascii_lowercase();
     match (origin, referer) {
-        (Some(origin), _) if origin != "null" => authority(origin).as_deref() == Some(&host),
-        (_, Some(referer)) => authority(referer).as_deref() == Some(&host),
+        (Some(origin), _) if origin != "null" => allowed(origin),
+        (_, Some(referer)) => allowed(referer),
         _ => false,
     }
 }
@@ -148,8 +343,29 @@ mod tests {
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
         assert_eq!(got, want);
-        assert_eq!(pairs("a=%zz"), None);
-        assert_eq!(pairs("a=%e2%82"), None, "not UTF-8");
+        let broken = |text: &str| pairs(text).unwrap_err();
+        assert_eq!(broken("a=%zz").why, Broken::Escape);
+        assert_eq!(broken("a=1&b=%").name, "b");
+        assert_eq!(broken("a=%+1").why, Broken::Escape);
+        assert_eq!(broken("a=%e2%82").why, Broken::NotUtf8, "not UTF-8");
+        assert_eq!(
+            broken("entrypoint=%00"),
+            BadParam {
+                name: "entrypoint".into(),
+                why: Broken::Nul
+            }
+        );
+        assert_eq!(
+            broken("%zz=1").name,
+            "%zz",
+            "a broken name is named as sent"
+        );
+        assert_eq!(broken("x%00=1").why, Broken::Nul);
+        assert!(
+            broken("entrypoint=%00")
+                .to_string()
+                .contains("`entrypoint`")
+        );
         assert_eq!(decode(&encode("x y/é&=")).unwrap(), "x y/é&=");
     }
 
@@ -174,34 +390,106 @@ mod tests {
         assert!(constant_time_eq(b"", b""));
     }
 
+    fn hosts() -> Hosts {
+        Hosts::new(
+            "127.0.0.1:8080".parse().unwrap(),
+            &["dash.example.com".into(), "Other.Example:9000".into()],
+        )
+    }
+
+    #[test]
+    fn the_allowlist_takes_its_names_and_no_others() {
+        let hosts = hosts();
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST:8080",
+            "localhost.:8080",
+            "[::1]:8080",
+            "dash.example.com",
+            "dash.example.com:443",
+            "other.example:9000",
+        ] {
+            assert!(hosts.allows(ok), "{ok}");
+        }
+        for refused in [
+            "evil.test:8080",
+            "localhost:8081",
+            "localhost",
+            "127.0.0.1",
+            "other.example",
+            "other.example:9001",
+            "dash.example.com.evil.test",
+            "user@localhost:8080",
+            "localhost:8080/x",
+            "localhost:80a",
+            "[::1",
+            "",
+            "localhost:99999",
+        ] {
+            assert!(!hosts.allows(refused), "{refused}");
+        }
+        let on_80 = Hosts::new("127.0.0.1:80".parse().unwrap(), &[]);
+        assert!(on_80.allows("localhost") && on_80.allows("localhost:80"));
+        let v6 = Hosts::new("[::]:7000".parse().unwrap(), &[]);
+        assert!(v6.allows("[::]:7000") && v6.allows("[::1]:7000"));
+        let any = Hosts::new("127.0.0.1:1".parse().unwrap(), &["*".into()]);
+        assert!(any.allows("evil.test"));
+        assert!(check_allowed_host("dash.example.com:8080").is_ok());
+        assert!(check_allowed_host("[fd00::1]:8080").is_ok());
+        assert!(check_allowed_host("*").is_ok());
+        for bad in ["http://x", "a b", "x:y", "", "x/y", "[::1"] {
+            assert!(check_allowed_host(bad).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn only_same_origin_requests_pass() {
-        let host = Some("127.0.0.1:8080");
-        assert!(same_origin(host, Some("http://127.0.0.1:8080"), None, None));
+        let hosts = hosts();
+        let hosts = &hosts;
         assert!(same_origin(
-            host,
+            hosts,
+            Some("http://127.0.0.1:8080"),
+            None,
+            None
+        ));
+        assert!(same_origin(
+            hosts,
+            Some("https://dash.example.com"),
+            None,
+            None
+        ));
+        assert!(same_origin(
+            hosts,
             None,
             Some("http://127.0.0.1:8080/failures"),
             Some("same-origin")
         ));
-        assert!(!same_origin(host, Some("http://evil.example"), None, None));
+        assert!(!same_origin(hosts, Some("http://evil.example"), None, None));
+        // DNS rebinding: the page's own name, on the dashboard's port.
         assert!(!same_origin(
-            host,
+            hosts,
+            Some("http://evil.test:8080"),
+            None,
+            None
+        ));
+        assert!(!same_origin(
+            hosts,
             None,
             Some("http://127.0.0.1:8080.evil.example/"),
             None
         ));
         assert!(!same_origin(
-            host,
+            hosts,
             Some("http://127.0.0.1:8080"),
             None,
             Some("cross-site")
         ));
-        assert!(!same_origin(host, None, None, None));
-        assert!(!same_origin(host, Some("null"), None, None));
+        assert!(!same_origin(hosts, None, None, None));
+        assert!(!same_origin(hosts, Some("null"), None, None));
         assert!(!same_origin(
-            None,
-            Some("http://127.0.0.1:8080"),
+            hosts,
+            Some("ftp://127.0.0.1:8080"),
             None,
             None
         ));

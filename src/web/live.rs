@@ -3,25 +3,28 @@
 //! fetches itself again. Where LISTEN cannot work (a transaction pooler without
 //! `listen_dsn`) the stream says `polling` and pages refresh on a timer instead.
 
-use std::io::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+use bytes::Bytes;
 use fallible_iterator::FallibleIterator;
+use tokio::sync::{mpsc, watch};
 
 use crate::connect::Pool;
 use crate::sql::quote_identifier;
 
 /// Changes closer together than this become one event.
 const DEBOUNCE: Duration = Duration::from_millis(250);
-/// A comment line this often keeps proxies from closing an idle stream, and tells the
-/// server when a page went away.
+/// A comment line this long after the last write keeps proxies from closing an idle
+/// stream, and finds pages that went away (writing to a closed connection fails).
 const KEEPALIVE: Duration = Duration::from_secs(15);
-/// Open streams at most (each holds a thread); more get 503.
+/// Open streams at most; more get 503 (and their pages poll).
 pub(super) const MAX_STREAMS: usize = 64;
+/// Events a stream holds for a client that reads slowly; past them the stream waits
+/// (and the write timeout ends a client that reads nothing).
+const STREAM_BUFFER: usize = 4;
 
 /// Whether the feed hears the database, for the streams to tell their pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,81 +33,88 @@ enum Mode {
     Polling,
 }
 
+/// What the streams watch: every change of it (a queue change is a change with the
+/// same value) is an event for every page.
+#[derive(Debug, Clone, Copy)]
+struct State {
+    mode: Mode,
+    /// The server is stopping: streams say so and end.
+    closing: bool,
+}
+
 pub(super) struct Feed {
-    /// Each stream's sender, and a weak handle on its token: a stream that ended has
-    /// dropped its token, and its sender goes at the next subscription or change.
-    subscribers: Mutex<Vec<(Sender<()>, Weak<()>)>>,
-    mode: Mutex<Mode>,
-    /// Streams being served (each on a thread of its own).
-    open: AtomicUsize,
+    /// Written by the LISTEN thread (and by [`Feed::close`]); each stream's task holds
+    /// a receiver.
+    state: watch::Sender<State>,
+    /// Streams being served, at most [`MAX_STREAMS`]: counted up by [`Feed::stream`],
+    /// down by the stream's task when it ends.
+    open: Arc<AtomicUsize>,
+    /// Ends the LISTEN thread; set by the server when it stops.
     stop: Arc<AtomicBool>,
 }
 
 impl Feed {
     /// Starts the LISTEN thread on a connection like the pool's.
+    ///
+    /// # Errors
+    /// When the thread cannot start.
     pub(super) fn start(
         pool: Pool,
         channel: String,
         stop: Arc<AtomicBool>,
-    ) -> (Arc<Feed>, JoinHandle<()>) {
+    ) -> std::io::Result<(Arc<Feed>, JoinHandle<()>)> {
+        let (state, _) = watch::channel(State {
+            mode: Mode::Listening,
+            closing: false,
+        });
         let feed = Arc::new(Feed {
-            subscribers: Mutex::new(Vec::new()),
-            mode: Mutex::new(Mode::Listening),
-            open: AtomicUsize::new(0),
+            state,
+            open: Arc::new(AtomicUsize::new(0)),
             stop,
         });
         let thread = {
             let feed = Arc::clone(&feed);
             std::thread::Builder::new()
                 .name("pgqueuer-web-listen".into())
-                .spawn(move || feed.listen(&pool, &channel))
-                .expect("spawn the dashboard's listener thread")
+                .spawn(move || feed.listen(&pool, &channel))?
         };
-        (feed, thread)
+        Ok((feed, thread))
     }
 
-    /// A receiver of change ticks and the stream's token (held while it is served), or
-    /// `None` when [`MAX_STREAMS`] are open.
-    pub(super) fn subscribe(&self) -> Option<Subscription> {
-        let open = self.open.load(Ordering::Relaxed);
-        if open >= MAX_STREAMS {
-            return None;
-        }
-        let (tx, rx) = bounded(1);
-        let token = Arc::new(());
-        let mut subscribers = self
-            .subscribers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        subscribers.retain(|(_, alive)| alive.strong_count() > 0);
-        subscribers.push((tx, Arc::downgrade(&token)));
-        Some(Subscription { ticks: rx, token })
+    /// A page's event stream, served by a task on the runtime (so this must be called
+    /// there): the body's pieces. `None` when [`MAX_STREAMS`] are open.
+    pub(super) fn stream(&self) -> Option<mpsc::Receiver<Bytes>> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_STREAMS).then_some(n + 1)
+            })
+            .ok()?;
+        let slot = Slot(Arc::clone(&self.open));
+        let (pieces, body) = mpsc::channel(STREAM_BUFFER);
+        let changes = self.state.subscribe();
+        tokio::spawn(async move {
+            serve_stream(changes, &pieces).await;
+            drop(slot);
+        });
+        Some(body)
     }
 
-    /// Event streams being served.
-    pub(super) fn open_streams(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
-    }
-
-    fn polling(&self) -> bool {
-        *self.mode.lock().unwrap_or_else(PoisonError::into_inner) == Mode::Polling
+    /// Tells every stream the server stops (each says `closing` to its page and ends).
+    pub(super) fn close(&self) {
+        self.state.send_modify(|s| s.closing = true);
     }
 
     fn set_mode(&self, mode: Mode) {
-        *self.mode.lock().unwrap_or_else(PoisonError::into_inner) = mode;
+        self.state.send_if_modified(|s| {
+            let changed = s.mode != mode;
+            s.mode = mode;
+            changed
+        });
     }
 
-    /// Tells every stream; a full channel already has a tick waiting, a closed one is a
-    /// page that went away.
+    /// Tells every stream the queue changed.
     fn broadcast(&self) {
-        let mut subscribers = self
-            .subscribers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        subscribers.retain(|(s, alive)| {
-            alive.strong_count() > 0
-                && !matches!(s.try_send(()), Err(TrySendError::Disconnected(())))
-        });
+        self.state.send_modify(|_| {});
     }
 
     fn listen(&self, pool: &Pool, channel: &str) {
@@ -187,69 +197,62 @@ impl Feed {
     }
 }
 
-/// Serves one page's event stream on `request`'s connection until the page goes away
-/// or the server stops. The response head is written by hand: tiny_http buffers a
-/// chunked body in 8 KiB pieces, which would hold events back.
-/// One page's place in the feed.
-pub(super) struct Subscription {
-    ticks: Receiver<()>,
-    /// Dropped when the stream ends, which tells the feed to forget it.
-    token: Arc<()>,
-}
+/// A stream's place among the [`MAX_STREAMS`], given back when it ends.
+struct Slot(Arc<AtomicUsize>);
 
-pub(super) fn stream(feed: &Arc<Feed>, request: tiny_http::Request, subscription: Subscription) {
-    feed.open.fetch_add(1, Ordering::Relaxed);
-    let thread_feed = Arc::clone(feed);
-    let spawned = std::thread::Builder::new()
-        .name("pgqueuer-web-events".into())
-        .spawn(move || {
-            let feed = thread_feed;
-            serve_stream(&feed, request, &subscription.ticks);
-            drop(subscription.token);
-            feed.open.fetch_sub(1, Ordering::Relaxed);
-        });
-    if let Err(e) = spawned {
-        feed.open.fetch_sub(1, Ordering::Relaxed);
-        log::warn!("pgqueuer web: cannot start an event stream: {e}");
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-fn serve_stream(feed: &Feed, request: tiny_http::Request, ticks: &Receiver<()>) {
-    let mut out = request.into_writer();
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
-                Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n\
-                Connection: close\r\n\r\nretry: 3000\n\n";
-    if out
-        .write_all(head.as_bytes())
-        .and_then(|()| out.flush())
-        .is_err()
-    {
+const RETRY: &[u8] = b"retry: 3000\n\n";
+const QUEUE_CHANGE: &[u8] = b"event: queue-change\ndata: {}\n\n";
+const POLLING: &[u8] = b"event: polling\ndata: {}\n\n";
+const CLOSING: &[u8] = b"event: closing\ndata: {}\n\n";
+const KEEPALIVE_LINE: &[u8] = b": keepalive\n\n";
+
+/// Writes one page's events until the page goes away (its body is dropped, so a send
+/// fails) or the server stops.
+async fn serve_stream(mut changes: watch::Receiver<State>, pieces: &mpsc::Sender<Bytes>) {
+    let put = |piece: &'static [u8]| pieces.send(Bytes::from_static(piece));
+    if put(RETRY).await.is_err() {
         return;
     }
     let mut told_polling = false;
-    let mut last_write = Instant::now();
-    while !feed.stop.load(Ordering::Relaxed) {
-        let message: &[u8] = if feed.polling() && !told_polling {
-            told_polling = true;
-            b"event: polling\ndata: {}\n\n"
-        } else {
-            match ticks.recv_timeout(Duration::from_millis(500)) {
-                Ok(()) => b"event: queue-change\ndata: {}\n\n",
-                Err(RecvTimeoutError::Timeout) if last_write.elapsed() >= KEEPALIVE => {
-                    b": keepalive\n\n"
-                }
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-        };
-        if out.write_all(message).and_then(|()| out.flush()).is_err() {
+    let state = *changes.borrow_and_update();
+    if state.mode == Mode::Polling {
+        told_polling = true;
+        if put(POLLING).await.is_err() {
             return;
         }
-        last_write = Instant::now();
     }
-    // The connection may outlive the server's threads: the page is told, rather than
-    // left waiting on a stream that says nothing.
-    let _ = out
-        .write_all(b"event: closing\ndata: {}\n\n")
-        .and_then(|()| out.flush());
+    loop {
+        let piece = tokio::select! {
+            changed = changes.changed() => {
+                let state = *changes.borrow_and_update();
+                if changed.is_err() || state.closing {
+                    // The page is told, rather than left waiting on a stream that says
+                    // nothing.
+                    let _ = put(CLOSING).await;
+                    return;
+                }
+                match state.mode {
+                    Mode::Polling if told_polling => continue,
+                    Mode::Polling => {
+                        told_polling = true;
+                        POLLING
+                    }
+                    Mode::Listening => {
+                        told_polling = false;
+                        QUEUE_CHANGE
+                    }
+                }
+            }
+            () = tokio::time::sleep(KEEPALIVE) => KEEPALIVE_LINE,
+        };
+        if put(piece).await.is_err() {
+            return;
+        }
+    }
 }

@@ -1,12 +1,14 @@
 //! The web dashboard and Prometheus endpoint: `pgq web`, or a thread of an application's
 //! own serving its pool's queue (an embedded admin page). Feature `web`.
 //!
-//! A blocking HTTP server (tiny_http) with a few handler threads; pages rendered on the
-//! server (maud), every asset compiled in. Pages keep themselves current through one
-//! LISTEN connection on the queue's channel and a Server-Sent Events stream per open page
-//! (`/events`), polling where LISTEN cannot work. Reading a page never writes to the
-//! database; the two actions (requeue, cancel) are POSTs from a page of this server only,
-//! written by the same [`Queue`] functions as `pgq requeue` and `pgq cancel`.
+//! An HTTP/1 server (hyper, on a tokio runtime that lives on one thread of the
+//! dashboard's own and never leaves it) with a few handler threads for the pages'
+//! blocking reads; pages rendered on the server (maud), every asset compiled in. Pages
+//! keep themselves current through one LISTEN connection on the queue's channel and a
+//! Server-Sent Events stream per open page (`/events`), polling where LISTEN cannot
+//! work. Reading a page never writes to the database; the two actions (requeue, cancel)
+//! are POSTs from a page of this server only, written by the same [`Queue`] functions as
+//! `pgq requeue` and `pgq cancel`.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgqueuer::Error> {
@@ -26,14 +28,33 @@
 //! `/jobs/goto?id=`, `/jobs/{id}`, `/failures`, `/workers`, `/schedules`, `/system`,
 //! `/healthz`, `/events`, `POST /jobs/{id}/cancel`, `POST /jobs/requeue` with repeated
 //! `ids`), plus `/entrypoints/{name}` and `/metrics` ([`crate::ops::prometheus_text`]).
+//!
+//! # Hostile clients
+//!
+//! Whoever can reach the port is assumed hostile until checked. A request head is at
+//! most 32 KiB and 64 fields (431), a body 256 KiB (413, refused from its declared
+//! length before a byte is read); a head must arrive within
+//! [`WebOptions::header_read_timeout`] (which also closes idle keep-alive connections),
+//! a body within [`WebOptions::body_read_timeout`] (408), and a client that reads
+//! nothing of its response is dropped after [`WebOptions::write_timeout`]. At most
+//! [`WebOptions::max_connections`] connections are served at once (more get 503 and are
+//! closed); when the process runs out of file descriptors, accepting backs off and goes
+//! on. A handler that panics answers 500 and its thread serves on.
+//!
+//! Only requests for the names in the allowlist are answered (421 otherwise, on every
+//! method): the bound address and `localhost`, `127.0.0.1` and `[::1]` on the bound
+//! port, plus [`WebOptions::allowed_hosts`] (`PGQUEUER_WEB_ALLOWED_HOSTS`). This stops
+//! DNS rebinding (a page of another name pointed at this address). Behind a reverse
+//! proxy, or bound to `0.0.0.0` and reached by a name or another address, list the
+//! names clients use. Actions also need an `Origin` (or `Referer`) of an allowed name.
 
 mod assets;
 mod data;
 mod http;
 mod live;
 mod pages;
+mod server;
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,51 +63,113 @@ use std::time::{Duration, SystemTime};
 
 use maud::Markup;
 use postgres::Transaction;
-use tiny_http::{Header, Method, Request, Response, Server};
 
+use self::server::{Admit, Head, Reply, Request, Streaming, Verb};
 use crate::connect::Pool;
 use crate::error::{Error, Result};
 use crate::job::{JobId, Status};
 use crate::queue::Queue;
 use crate::settings::Settings;
 
-/// How the dashboard serves: credentials, timeouts, threads.
-#[derive(Debug, Clone)]
+/// How the dashboard serves: credentials, the names it answers for, timeouts, threads
+/// and the bounds on what clients may send.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct WebOptions {
     /// HTTP Basic credentials (user, password) every request must carry; none means no
-    /// authentication (a warning is logged when the address is not loopback).
+    /// authentication (a warning is logged when the address is not loopback). `Debug`
+    /// shows the user only. Defaults to none, or `PGQUEUER_WEB_USER` and
+    /// `PGQUEUER_WEB_PASSWORD` with [`WebOptions::from_env`].
     pub credentials: Option<(String, String)>,
-    /// How long a page waits for a pool connection before it answers 503.
+    /// Names (`Host` values) answered besides the bound address and `localhost`,
+    /// `127.0.0.1` and `[::1]` on the bound port: `name` (any port), `name:port`,
+    /// `[v6 address]:port`, or `*` to answer every name (which gives up the defence
+    /// against DNS rebinding). Other names get 421. Needed behind a reverse proxy, and
+    /// when bound to `0.0.0.0` for any name or address but loopback. Defaults to none,
+    /// or the comma-separated `PGQUEUER_WEB_ALLOWED_HOSTS` with
+    /// [`WebOptions::from_env`].
+    pub allowed_hosts: Vec<String>,
+    /// How long a page waits for a pool connection before it answers 503. Defaults to
+    /// 2 s.
     pub checkout_timeout: Duration,
     /// The statement timeout of every page's reads (`SET LOCAL statement_timeout`); a
-    /// slower read answers 503.
+    /// slower read answers 503. Defaults to 5 s.
     pub statement_timeout: Duration,
     /// A picked job whose heartbeat is older than this is stale (Workers page,
     /// `pgqueuer_stale_picked_jobs`), unless the request says `?stale_after=seconds`.
+    /// Defaults to 5 min.
     pub stale_after: Duration,
-    /// Threads answering requests (event streams have threads of their own).
+    /// Threads answering page requests (event streams and the HTTP work itself run on
+    /// one thread of their own). Defaults to 4.
     pub threads: usize,
+    /// Connections served at once; more are answered 503 and closed, so a flood of
+    /// connections costs a bounded amount of memory and file descriptors. A browser
+    /// opens up to six per page plus one per live page. Defaults to 256.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's head, counted from when it
+    /// starts waiting for one: a client trickling a header a byte at a time (slowloris)
+    /// is closed after it, and so is an idle keep-alive connection. Defaults to 10 s.
+    pub header_read_timeout: Duration,
+    /// How long a request body (a form) may take to arrive; 408 after it. Defaults to
+    /// 10 s.
+    pub body_read_timeout: Duration,
+    /// How long a write may wait for the client to take bytes; the connection is closed
+    /// after it (a client that never reads its response). Event streams write a few
+    /// bytes every 15 s at least, and meet it only when their page stops reading.
+    /// Defaults to 10 s.
+    pub write_timeout: Duration,
 }
 
 impl Default for WebOptions {
     fn default() -> Self {
         WebOptions {
             credentials: None,
+            allowed_hosts: Vec::new(),
             checkout_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
             stale_after: Duration::from_secs(300),
             threads: 4,
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
         }
     }
 }
 
+impl std::fmt::Debug for WebOptions {
+    /// Every field, the password replaced by `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let credentials = self
+            .credentials
+            .as_ref()
+            .map(|(user, _)| (user.as_str(), "<redacted>"));
+        f.debug_struct("WebOptions")
+            .field("credentials", &credentials)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("checkout_timeout", &self.checkout_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("stale_after", &self.stale_after)
+            .field("threads", &self.threads)
+            .field("max_connections", &self.max_connections)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .finish()
+    }
+}
+
+/// The longest any of the options' timeouts may be.
+const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+
 impl WebOptions {
     /// The defaults, with credentials from `PGQUEUER_WEB_USER` and
-    /// `PGQUEUER_WEB_PASSWORD` (PgQueuer's variables) when both are set.
+    /// `PGQUEUER_WEB_PASSWORD` (PgQueuer's variables) when both are set, and allowed
+    /// host names from `PGQUEUER_WEB_ALLOWED_HOSTS` (comma-separated).
     ///
     /// # Errors
-    /// [`Error::InvalidSetting`] when only one of the two is set, or one is empty.
+    /// [`Error::InvalidSetting`] when only one of the two credentials is set, or one is
+    /// empty, or an allowed host is not a host name with an optional port.
     pub fn from_env() -> Result<WebOptions> {
         Self::from_lookup(|key| std::env::var(key).ok())
     }
@@ -117,10 +200,59 @@ impl WebOptions {
                 });
             }
         };
+        let mut allowed_hosts = Vec::new();
+        if let Some(list) = get("PGQUEUER_WEB_ALLOWED_HOSTS") {
+            for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                http::check_allowed_host(entry).map_err(|reason| Error::InvalidSetting {
+                    setting: "PGQUEUER_WEB_ALLOWED_HOSTS",
+                    value: list.clone(),
+                    reason,
+                })?;
+                allowed_hosts.push(entry.to_owned());
+            }
+        }
         Ok(WebOptions {
             credentials,
+            allowed_hosts,
             ..WebOptions::default()
         })
+    }
+
+    /// Rejects what cannot be served: zero threads or connections, a zero or
+    /// day-long timeout, a bad allowed host.
+    fn check(&self) -> Result<()> {
+        if self.threads == 0 || self.threads > 1024 {
+            return Err(Error::invalid("threads", "must be 1 to 1024"));
+        }
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return Err(Error::invalid("max_connections", "must be 1 to 1000000"));
+        }
+        for (field, value) in [
+            ("checkout_timeout", self.checkout_timeout),
+            ("statement_timeout", self.statement_timeout),
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_read_timeout", self.body_read_timeout),
+            ("write_timeout", self.write_timeout),
+        ] {
+            if value < Duration::from_millis(1) || value > MAX_TIMEOUT {
+                return Err(Error::invalid(
+                    field,
+                    format!("must be 1 ms to 24 h, not {value:?}"),
+                ));
+            }
+        }
+        if self.stale_after < Duration::from_secs(1)
+            || self.stale_after > Duration::from_secs(10 * 365 * 86_400)
+        {
+            return Err(Error::invalid(
+                "stale_after",
+                format!("must be 1 s to 10 years, not {:?}", self.stale_after),
+            ));
+        }
+        for entry in &self.allowed_hosts {
+            http::check_allowed_host(entry).map_err(|e| Error::invalid("allowed_hosts", e))?;
+        }
+        Ok(())
     }
 }
 
@@ -159,49 +291,79 @@ impl Dashboard {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming `addr` when it cannot be bound (in use, not an
-    /// address of this host) or `threads` is 0.
+    /// address of this host), or naming the option that is out of range (`threads` 0,
+    /// a zero timeout, an allowed host that is not a host name).
     pub fn serve(self, addr: &str) -> Result<WebServer> {
-        if self.options.threads == 0 {
-            return Err(Error::invalid("threads", "must be at least 1"));
-        }
-        let server = Server::http(addr)
-            .map_err(|e| Error::invalid("addr", format!("cannot listen on {addr}: {e}")))?;
-        let bound = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| Error::invalid("addr", format!("{addr} is not a TCP address")))?;
-        if self.options.credentials.is_none() && !bound.ip().is_loopback() {
+        self.options.check()?;
+        let queue = Queue::with_settings(self.pool.clone(), &self.settings)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let started =
+            |e: std::io::Error| Error::Unexpected(format!("cannot start a web thread: {e}"));
+        let (feed, listener) = live::Feed::start(
+            self.pool.clone(),
+            self.settings.channel.clone(),
+            Arc::clone(&stop),
+        )
+        .map_err(started)?;
+        let mut threads = vec![listener];
+        // Whatever fails from here stops the threads started so far.
+        let abandon = |threads: Vec<JoinHandle<()>>| {
+            stop.store(true, Ordering::Relaxed);
+            for thread in threads {
+                let _ = thread.join();
+            }
+        };
+        let limits = server::Limits {
+            threads: self.options.threads,
+            max_connections: self.options.max_connections,
+            header_read_timeout: self.options.header_read_timeout,
+            body_read_timeout: self.options.body_read_timeout,
+            write_timeout: self.options.write_timeout,
+        };
+        let listening = match server::Bound::bind(addr) {
+            Ok(listening) => listening,
+            Err(e) => {
+                abandon(threads);
+                return Err(Error::invalid(
+                    "addr",
+                    format!("cannot listen on {addr}: {e}"),
+                ));
+            }
+        };
+        let bound = listening.addr();
+        let app = Arc::new(App {
+            pool: self.pool,
+            settings: self.settings,
+            hosts: http::Hosts::new(bound, &self.options.allowed_hosts),
+            options: self.options,
+            queue,
+            feed: Arc::clone(&feed),
+            minutes: Mutex::new(data::Minutes::default()),
+        });
+        let running = match listening.serve(limits, Arc::clone(&app) as Arc<dyn server::Handler>) {
+            Ok(running) => running,
+            Err(e) => {
+                abandon(threads);
+                return Err(started(e));
+            }
+        };
+        if app.options.credentials.is_none() && !bound.ip().is_loopback() {
             log::warn!(
                 "pgqueuer web: serving {bound} WITHOUT authentication: anyone who can reach \
                  it can read every job and requeue or cancel jobs. Set PGQUEUER_WEB_USER and \
                  PGQUEUER_WEB_PASSWORD, or bind 127.0.0.1"
             );
         }
-        let queue = Queue::with_settings(self.pool.clone(), &self.settings)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (feed, listener) = live::Feed::start(
-            self.pool.clone(),
-            self.settings.channel.clone(),
-            Arc::clone(&stop),
-        );
-        let app = Arc::new(App {
-            pool: self.pool,
-            settings: self.settings,
-            options: self.options,
-            queue,
-            feed,
-            minutes: Mutex::new(data::Minutes::default()),
-        });
-        let server = Arc::new(server);
-        // Threads started so far stop again if a later one cannot start.
-        let failed = |threads: Vec<JoinHandle<()>>, e: std::io::Error| {
-            stop.store(true, Ordering::Relaxed);
-            for thread in threads {
-                let _ = thread.join();
-            }
-            Error::Unexpected(format!("cannot start a web thread: {e}"))
-        };
-        let mut threads = vec![listener];
+        if bound.ip().is_unspecified() && app.options.allowed_hosts.is_empty() {
+            log::warn!(
+                "pgqueuer web: serving {bound} on every interface, but answering only \
+                 requests for localhost, 127.0.0.1 and [::1] on port {port}: requests by \
+                 any other name or address get 421. List the names clients use in \
+                 PGQUEUER_WEB_ALLOWED_HOSTS (pgq web --allowed-host, \
+                 WebOptions::allowed_hosts)",
+                port = bound.port()
+            );
+        }
         // The day's transitions are read once before the first page asks for them.
         let warm = Arc::clone(&app);
         match std::thread::Builder::new()
@@ -212,36 +374,21 @@ impl Dashboard {
                 }
             }) {
             Ok(thread) => threads.push(thread),
-            Err(e) => return Err(failed(threads, e)),
-        }
-        for i in 0..app.options.threads {
-            let (app, server, stop) = (Arc::clone(&app), Arc::clone(&server), Arc::clone(&stop));
-            let spawned = std::thread::Builder::new()
-                .name(format!("pgqueuer-web-{i}"))
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        match server.recv_timeout(Duration::from_millis(200)) {
-                            Ok(Some(request)) => app.handle(request),
-                            Ok(None) => {}
-                            Err(e) => {
-                                log::warn!("pgqueuer web: accepting a request failed: {e}");
-                                std::thread::sleep(Duration::from_millis(50));
-                            }
-                        }
-                    }
-                });
-            match spawned {
-                Ok(thread) => threads.push(thread),
-                Err(e) => return Err(failed(threads, e)),
+            Err(e) => {
+                let mut running = running;
+                running.stop();
+                running.join();
+                abandon(threads);
+                return Err(started(e));
             }
         }
         log::info!("pgqueuer web: serving http://{bound}");
         Ok(WebServer {
             addr: bound,
-            server,
+            running: Some(running),
             stop,
             threads,
-            feed: Arc::clone(&app.feed),
+            feed,
         })
     }
 }
@@ -249,8 +396,11 @@ impl Dashboard {
 /// A running dashboard.
 pub struct WebServer {
     addr: SocketAddr,
-    server: Arc<Server>,
+    /// The HTTP server; `None` once stopped.
+    running: Option<server::Running>,
+    /// Ends the LISTEN and warm-up threads (the feed's loops read it).
     stop: Arc<AtomicBool>,
+    /// The LISTEN and warm-up threads.
     threads: Vec<JoinHandle<()>>,
     feed: Arc<live::Feed>,
 }
@@ -269,9 +419,9 @@ impl WebServer {
         self.addr
     }
 
-    /// Stops serving: threads are joined, and open event streams (each on a thread of
-    /// its own, which notices within half a second) tell their pages and end. Dropping
-    /// the server does the same.
+    /// Stops serving: open event streams tell their pages and end, requests in flight
+    /// are answered (for up to two seconds), and every thread is joined. Dropping the
+    /// server does the same.
     pub fn shutdown(mut self) {
         self.stop_and_join();
     }
@@ -279,27 +429,30 @@ impl WebServer {
     /// Blocks until the server stops (for a program whose only job is serving; it stops
     /// when the process does).
     pub fn join(mut self) {
+        if let Some(running) = self.running.as_mut() {
+            running.join();
+        }
         for thread in std::mem::take(&mut self.threads) {
             let _ = thread.join();
         }
     }
 
     fn stop_and_join(&mut self) {
+        self.feed.close();
         self.stop.store(true, Ordering::Relaxed);
-        self.server.unblock();
+        if let Some(mut running) = self.running.take() {
+            running.stop();
+            running.join();
+        }
         for thread in std::mem::take(&mut self.threads) {
             let _ = thread.join();
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        while self.feed.open_streams() > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
 
 impl Drop for WebServer {
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
+        if self.running.is_some() || !self.threads.is_empty() {
             self.stop_and_join();
         }
     }
@@ -310,18 +463,12 @@ struct App {
     pool: Pool,
     settings: Settings,
     options: WebOptions,
+    /// The names requests may be for (from the bound address and the options).
+    hosts: http::Hosts,
     queue: Queue,
     feed: Arc<live::Feed>,
     /// Transitions per minute, kept between requests (one reader for every viewer).
     minutes: Mutex<data::Minutes>,
-}
-
-/// A response before it is sent.
-struct Reply {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
-    headers: Vec<(&'static str, String)>,
 }
 
 impl Reply {
@@ -330,15 +477,6 @@ impl Reply {
             status,
             content_type: "text/html; charset=utf-8",
             body: page.0.clone().into_bytes(),
-            headers: Vec::new(),
-        }
-    }
-
-    fn text(status: u16, content_type: &'static str, body: String) -> Reply {
-        Reply {
-            status,
-            content_type,
-            body: body.into_bytes(),
             headers: Vec::new(),
         }
     }
@@ -408,13 +546,21 @@ impl From<postgres::Error> for Problem {
     }
 }
 
+impl From<http::BadParam> for Problem {
+    fn from(e: http::BadParam) -> Problem {
+        Problem::BadRequest(format!("{e}. Nothing was read or changed."))
+    }
+}
+
 type Handled = std::result::Result<Reply, Problem>;
 
 /// A request's parts the routes read.
 struct Incoming<'a> {
-    method: &'a Method,
-    path: &'a str,
+    head: &'a Head,
+    /// The query string, decoded.
     query: Vec<(String, String)>,
+    /// The body (a form), read already.
+    body: &'a [u8],
 }
 
 impl Incoming<'_> {
@@ -426,19 +572,15 @@ impl Incoming<'_> {
     }
 }
 
-fn header<'r>(request: &'r Request, name: &'static str) -> Option<&'r str> {
-    request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv(name))
-        .map(|h| h.value.as_str())
-}
-
-impl App {
-    fn handle(&self, mut request: Request) {
-        let url = request.url().to_owned();
-        let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-        let reply = if !self.authorized(&request) {
+impl server::Handler for App {
+    /// The checks that need no database, in order: the host (421), the credentials
+    /// (401); then an event stream starts here, and every other request goes to a
+    /// handler thread.
+    fn admit(&self, head: &Head) -> Admit {
+        if let Some(refused) = self.misdirected(head) {
+            return Admit::Reply(refused);
+        }
+        if !self.authorized(head) {
             let mut reply = Reply::text(
                 401,
                 "text/plain; charset=utf-8",
@@ -448,83 +590,112 @@ impl App {
                 "WWW-Authenticate",
                 "Basic realm=\"pgqueuer\", charset=\"UTF-8\"".into(),
             ));
-            reply
-        } else if path == "/events" && *request.method() == Method::Get {
-            match self.feed.subscribe() {
-                Some(subscription) => return live::stream(&self.feed, request, subscription),
-                None => Problem::Unavailable(format!(
-                    "{} live pages are open already; this one will poll.",
-                    live::MAX_STREAMS
-                ))
-                .reply(),
-            }
-        } else {
-            match http::pairs(query) {
-                None => Problem::BadRequest(
-                    "the query string is not valid (a malformed %-escape or not UTF-8)".into(),
-                )
-                .reply(),
-                Some(query) => {
-                    let method = request.method().clone();
-                    let incoming = Incoming {
-                        method: &method,
-                        path,
-                        query,
-                    };
-                    self.route(&incoming, &mut request)
-                        .unwrap_or_else(|p| p.reply())
-                }
-            }
-        };
-        let mut response = Response::from_data(reply.body).with_status_code(reply.status);
-        let mut headers = vec![
-            ("Content-Type", reply.content_type.to_owned()),
-            ("Cache-Control", "no-store".to_owned()),
-            ("X-Content-Type-Options", "nosniff".to_owned()),
-            ("X-Frame-Options", "DENY".to_owned()),
-            (
-                "Content-Security-Policy",
-                "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
-                 frame-ancestors 'none'"
-                    .to_owned(),
-            ),
-        ];
-        headers.extend(reply.headers);
-        for (name, value) in headers {
-            if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-                response.add_header(h);
-            }
+            return Admit::Reply(reply);
         }
-        if let Err(e) = request.respond(response) {
-            log::debug!("pgqueuer web: a response could not be sent: {e}");
+        if head.path == "/events" && head.verb == Verb::Get {
+            return match self.feed.stream() {
+                Some(body) => Admit::Stream(Streaming {
+                    content_type: "text/event-stream",
+                    headers: vec![("X-Accel-Buffering", "no".into())],
+                    body,
+                }),
+                None => Admit::Reply(
+                    Problem::Unavailable(format!(
+                        "{} live pages are open already; this one will poll.",
+                        live::MAX_STREAMS
+                    ))
+                    .reply(),
+                ),
+            };
         }
+        Admit::Handle
     }
 
-    fn authorized(&self, request: &Request) -> bool {
+    fn respond(&self, request: Request) -> Reply {
+        let answer = http::pairs(&request.head.query)
+            .map_err(Problem::from)
+            .and_then(|query| {
+                self.route(&Incoming {
+                    head: &request.head,
+                    query,
+                    body: &request.body,
+                })
+            });
+        answer.unwrap_or_else(|p| p.reply())
+    }
+}
+
+impl App {
+    /// The 421 answer of a request for a name the dashboard does not answer for (and the
+    /// 400 of one naming several).
+    fn misdirected(&self, head: &Head) -> Option<Reply> {
+        // An absolute-form target's authority stands for `Host` (RFC 9112 3.2.2); both
+        // must be allowed when both are sent.
+        if head.headers.get_all("host").iter().count() > 1 {
+            // Which one is meant is the question request smuggling asks (RFC 9112 3.2).
+            return Some(Reply::text(
+                400,
+                "text/plain; charset=utf-8",
+                "A request carries one Host header, not several. Nothing was read or \
+                 changed.\n"
+                    .into(),
+            ));
+        }
+        let host = head.header("host");
+        let named = [head.authority.as_deref(), host];
+        if host.is_some() && named.iter().flatten().all(|h| self.hosts.allows(h)) {
+            return None;
+        }
+        let shown: String = named
+            .iter()
+            .flatten()
+            .find(|h| !self.hosts.allows(h))
+            .map_or("(no Host header)", |h| *h)
+            .chars()
+            .take(100)
+            .collect();
+        log::debug!("pgqueuer web: refused a request for host {shown:?} (not in the allowlist)");
+        Some(Reply::text(
+            421,
+            "text/plain; charset=utf-8",
+            format!(
+                "Misdirected request: this dashboard does not answer for the host name \
+                 `{shown}`. It answers for its own address and localhost, 127.0.0.1 and \
+                 [::1] on its port; a request by any other name could come from a page \
+                 of that name pointed at this server (DNS rebinding). To allow a name, \
+                 add it to PGQUEUER_WEB_ALLOWED_HOSTS (comma-separated: name or \
+                 name:port), or pass pgq web --allowed-host NAME, or set \
+                 WebOptions::allowed_hosts. Nothing was read or changed.\n"
+            ),
+        ))
+    }
+
+    fn authorized(&self, head: &Head) -> bool {
         let Some((user, password)) = &self.options.credentials else {
             return true;
         };
         let expected = format!("{user}:{password}");
-        header(request, "Authorization")
+        head.header("authorization")
             .and_then(http::basic_credentials)
             .is_some_and(|given| http::constant_time_eq(&given, expected.as_bytes()))
     }
 
-    fn route(&self, r: &Incoming<'_>, request: &mut Request) -> Handled {
-        let segments: Vec<&str> = r.path.trim_matches('/').split('/').collect();
-        match (r.method, segments.as_slice()) {
-            (Method::Get | Method::Head, [""]) => self.overview(),
-            (Method::Get | Method::Head, ["entrypoints"]) => self.entrypoints(r),
-            (Method::Get | Method::Head, ["entrypoints", name]) => self.entrypoint(name),
-            (Method::Get | Method::Head, ["jobs"]) => self.jobs(r),
-            (Method::Get | Method::Head, ["jobs", "goto"]) => {
+    fn route(&self, r: &Incoming<'_>) -> Handled {
+        let segments: Vec<&str> = r.head.path.trim_matches('/').split('/').collect();
+        let read = matches!(r.head.verb, Verb::Get | Verb::Head);
+        match (r.head.verb, segments.as_slice()) {
+            (_, [""]) if read => self.overview(),
+            (_, ["entrypoints"]) if read => self.entrypoints(r),
+            (_, ["entrypoints", name]) if read => self.entrypoint(name),
+            (_, ["jobs"]) if read => self.jobs(r),
+            (_, ["jobs", "goto"]) if read => {
                 let id = job_id(r.param("id").unwrap_or(""))?;
                 Ok(Reply::redirect(&format!("/jobs/{id}")))
             }
-            (Method::Get | Method::Head, ["jobs", id]) => self.job(job_id(id)?),
-            (Method::Post, ["jobs", "requeue"]) => {
-                self.check_origin(request)?;
-                let form = read_form(request)?;
+            (_, ["jobs", id]) if read => self.job(job_id(id)?),
+            (Verb::Post, ["jobs", "requeue"]) => {
+                self.check_origin(r.head)?;
+                let form = read_form(r.body)?;
                 let ids = form
                     .iter()
                     .filter(|(k, _)| k == "ids")
@@ -536,53 +707,54 @@ impl App {
                     ));
                 }
                 self.queue.requeue_failed(&ids)?;
-                Ok(Reply::redirect(&back_to(request, "/failures")))
+                Ok(Reply::redirect(&back_to(r.head, "/failures")))
             }
-            (Method::Post, ["jobs", id, "cancel"]) => {
+            (Verb::Post, ["jobs", id, "cancel"]) => {
                 let id = job_id(id)?;
-                self.check_origin(request)?;
+                self.check_origin(r.head)?;
                 self.queue.cancel(&[id])?;
                 Ok(Reply::redirect(&format!("/jobs/{id}")))
             }
-            (Method::Get | Method::Head, ["failures"]) => self.failures(),
-            (Method::Get | Method::Head, ["workers"]) => self.workers(r),
-            (Method::Get | Method::Head, ["schedules"]) => self.schedules(),
-            (Method::Get | Method::Head, ["system"]) => self.system(),
-            (Method::Get | Method::Head, ["healthz"]) => Ok(self.healthz()),
-            (Method::Get | Method::Head, ["metrics"]) => self.metrics(),
-            (Method::Get | Method::Head, ["static", "style.css"]) => Ok(Reply::text(
+            (_, ["failures"]) if read => self.failures(),
+            (_, ["workers"]) if read => self.workers(r),
+            (_, ["schedules"]) if read => self.schedules(),
+            (_, ["system"]) if read => self.system(),
+            (_, ["healthz"]) if read => Ok(self.healthz()),
+            (_, ["metrics"]) if read => self.metrics(),
+            (_, ["static", "style.css"]) if read => Ok(Reply::text(
                 200,
                 "text/css; charset=utf-8",
                 assets::STYLE.to_owned(),
             )),
-            (Method::Get | Method::Head, ["static", "live.js"]) => Ok(Reply::text(
+            (_, ["static", "live.js"]) if read => Ok(Reply::text(
                 200,
                 "text/javascript; charset=utf-8",
                 assets::SCRIPT.to_owned(),
             )),
             (_, ["jobs", "requeue"] | ["jobs", _, "cancel"]) => Err(Problem::BadRequest(format!(
                 "{} changes jobs and takes POST only (from the dashboard's buttons)",
-                r.path
+                r.head.path
             ))),
             _ => Err(Problem::NotFound(format!(
                 "There is no page at {}.",
-                r.path
+                r.head.path
             ))),
         }
     }
 
-    fn check_origin(&self, request: &Request) -> std::result::Result<(), Problem> {
+    fn check_origin(&self, head: &Head) -> std::result::Result<(), Problem> {
         if http::same_origin(
-            header(request, "Host"),
-            header(request, "Origin"),
-            header(request, "Referer"),
-            header(request, "Sec-Fetch-Site"),
+            &self.hosts,
+            head.header("origin"),
+            head.header("referer"),
+            head.header("sec-fetch-site"),
         ) {
             Ok(())
         } else {
             Err(Problem::Forbidden(
                 "This action is taken only from the dashboard's own pages (the request's \
-                 Origin or Referer does not match this server). Nothing was changed."
+                 Origin or Referer is not a name this server answers for). Nothing was \
+                 changed."
                     .into(),
             ))
         }
@@ -674,10 +846,10 @@ impl App {
     }
 
     fn entrypoint(&self, name: &str) -> Handled {
-        let name = http::pairs(&format!("n={name}"))
-            .and_then(|p| p.into_iter().next())
-            .map(|(_, v)| v)
-            .ok_or_else(|| Problem::BadRequest("the entrypoint name is not valid".into()))?;
+        let name = http::decode(name).map_err(|why| http::BadParam {
+            name: "the entrypoint name in the path".into(),
+            why,
+        })?;
         let s = &self.settings;
         let day = Duration::from_secs(86_400);
         let (counts, slots, durations, exceptions, buckets) = self.read(|tx| {
@@ -894,33 +1066,18 @@ fn job_id(text: &str) -> std::result::Result<JobId, Problem> {
         })
 }
 
-/// The most bytes a form may carry (a requeue of thousands of ids fits).
-const MAX_FORM_BYTES: usize = 256 << 10;
-
-fn read_form(request: &mut Request) -> std::result::Result<Vec<(String, String)>, Problem> {
-    let mut body = Vec::new();
-    request
-        .as_reader()
-        .take(MAX_FORM_BYTES as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| Problem::BadRequest(format!("the form could not be read: {e}")))?;
-    if body.len() > MAX_FORM_BYTES {
-        return Err(Problem::BadRequest(format!(
-            "the form is larger than {MAX_FORM_BYTES} bytes"
-        )));
-    }
-    let text =
-        String::from_utf8(body).map_err(|_| Problem::BadRequest("the form is not UTF-8".into()))?;
-    http::pairs(&text).ok_or_else(|| {
-        Problem::BadRequest("the form is not valid application/x-www-form-urlencoded".into())
-    })
+/// The form fields of a body (read already, at most [`server::MAX_BODY_BYTES`]).
+fn read_form(body: &[u8]) -> std::result::Result<Vec<(String, String)>, Problem> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| Problem::BadRequest("the form is not UTF-8".into()))?;
+    Ok(http::pairs(text)?)
 }
 
 /// Where to send the browser after an action: the page it came from when that is a page
 /// of this server, `fallback` otherwise.
-fn back_to(request: &Request, fallback: &str) -> String {
-    let host = header(request, "Host").unwrap_or_default();
-    header(request, "Referer")
+fn back_to(head: &Head, fallback: &str) -> String {
+    let host = head.header("host").unwrap_or_default();
+    head.header("referer")
         .and_then(|r| {
             r.strip_prefix("http://")
                 .or_else(|| r.strip_prefix("https://"))

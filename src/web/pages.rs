@@ -7,10 +7,11 @@ use std::time::{Duration, SystemTime};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::data::{
-    Bucket, Durations, EntrypointCounts, HeldSlot, JobRow, LoggedException, OUTCOMES, SystemInfo,
+    Bucket, Durations, EntrypointCounts, HISTORY_SHOWN, HeldSlot, JobDetail, JobRow,
+    LoggedException, OUTCOMES, SystemInfo,
 };
 use super::http::encode;
-use crate::job::{FailedJob, Job, LogEntry, Status};
+use crate::job::{FailedJob, LogEntry, Status};
 use crate::ops::{ActiveWorker, StaleJob};
 use crate::schedules::Schedule;
 use crate::time::python_time;
@@ -489,39 +490,94 @@ pub(super) fn jobs(p: &JobsPage<'_>) -> Markup {
     }
 }
 
+/// Characters of a pretty-printed JSON payload or headers shown at most (the
+/// indentation can make a short text long).
+const PRETTY_SHOWN: usize = 32 << 10;
+
+/// `text` cut to `max` bytes at a character boundary, and whether it was cut.
+fn cut(text: &str, max: usize) -> (&str, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
 /// How a payload shows: JSON pretty-printed, other UTF-8 text as is, anything else as
-/// a hex dump of its first 4 KiB.
-fn payload_view(payload: &[u8]) -> (&'static str, String) {
-    if let Ok(text) = std::str::from_utf8(payload) {
-        if let Ok(value) = serde_json::from_str::<serde_json::Value>(text)
+/// a hex dump of its first 4 KiB. `shown` is the payload's first bytes, `whole` its size
+/// (JSON is pretty-printed only when it is all there).
+fn payload_view(shown: &[u8], whole: usize) -> (&'static str, String) {
+    let text = match std::str::from_utf8(shown) {
+        Ok(text) => Some(text),
+        // The cut may fall inside a character: the text up to it is still text.
+        Err(e) if shown.len() < whole && e.error_len().is_none() => {
+            std::str::from_utf8(&shown[..e.valid_up_to()]).ok()
+        }
+        Err(_) => None,
+    };
+    if let Some(text) = text {
+        if shown.len() == whole
+            && let Ok(value) = serde_json::from_str::<serde_json::Value>(text)
             && (value.is_object() || value.is_array())
         {
-            return (
-                "JSON",
-                serde_json::to_string_pretty(&value).unwrap_or_else(|_| text.to_owned()),
-            );
+            let pretty = serde_json::to_string_pretty(&value).unwrap_or_else(|_| text.to_owned());
+            let (pretty, was_cut) = cut(&pretty, PRETTY_SHOWN);
+            let tail = if was_cut { "\n…" } else { "" };
+            return ("JSON", format!("{pretty}{tail}"));
         }
         return ("text", text.to_owned());
     }
     let mut out = String::new();
-    for (i, line) in payload.chunks(16).take(256).enumerate() {
+    for (i, line) in shown.chunks(16).take(256).enumerate() {
         let _ = write!(out, "{:08x}  ", i * 16);
         for b in line {
             let _ = write!(out, "{b:02x} ");
         }
         out.push('\n');
     }
-    if payload.len() > 4096 {
-        let _ = write!(out, "… {} bytes in all", payload.len());
-    }
     ("hex (not UTF-8)", out)
 }
 
-pub(super) fn job(id: i64, job: Option<&Job>, history: &[LogEntry], now: SystemTime) -> Markup {
+/// How much of something of `whole` bytes shows when `shown` bytes do.
+fn size_note(shown: usize, whole: usize) -> String {
+    if shown < whole {
+        format!("first {shown} of {whole} bytes")
+    } else {
+        format!("{whole} bytes")
+    }
+}
+
+/// The headers' JSON text (its first characters, as the statement reads them) as
+/// shown: pretty-printed when it is all there.
+fn headers_view(text: &str, whole: usize) -> String {
+    if text.len() >= whole
+        && let Ok(value) = serde_json::from_str::<serde_json::Value>(text)
+    {
+        let pretty = serde_json::to_string_pretty(&value).unwrap_or_else(|_| text.to_owned());
+        let (pretty, was_cut) = cut(&pretty, PRETTY_SHOWN);
+        return if was_cut {
+            format!("{pretty}\n…")
+        } else {
+            pretty.to_owned()
+        };
+    }
+    format!("{text}…")
+}
+
+pub(super) fn job(
+    id: i64,
+    detail: Option<&JobDetail>,
+    history: &[LogEntry],
+    now: SystemTime,
+) -> Markup {
     html! {
         h1 { "Job " (id) }
-        @match job {
-            Some(j) => {
+        @match detail {
+            Some(detail) => {
+                @let j = &detail.job;
                 p {
                     (status_badge(j.status.as_str())) " "
                     @if matches!(j.status, Status::Queued | Status::Picked) {
@@ -553,21 +609,29 @@ pub(super) fn job(id: i64, job: Option<&Job>, history: &[LogEntry], now: SystemT
                 @match &j.payload {
                     None => p.muted { "None." },
                     Some(bytes) => {
-                        @let (kind, shown) = payload_view(bytes);
-                        p.muted { (bytes.len()) " bytes, shown as " (kind) }
+                        @let whole = detail.payload_bytes.map_or(bytes.len(), |n| usize::try_from(n).unwrap_or(usize::MAX));
+                        @let (kind, shown) = payload_view(bytes, whole);
+                        p.muted #payload-size { (size_note(bytes.len(), whole)) ", shown as " (kind) }
                         pre #payload { (shown) }
                     }
                 }
                 h2 { "Headers" }
-                @match &j.headers {
+                @match &detail.headers_text {
                     None => p.muted { "None." },
-                    Some(h) => pre #headers { (serde_json::to_string_pretty(h).unwrap_or_default()) },
+                    Some(text) => {
+                        @let whole = usize::try_from(detail.headers_bytes).unwrap_or(usize::MAX);
+                        @if text.len() < whole { p.muted { (size_note(text.len(), whole)) } }
+                        pre #headers { (headers_view(text, whole)) }
+                    }
                 }
             }
             None => p.notice { "This job is no longer in the queue table: it finished (or was "
                               "cancelled or deleted). Its log history follows." },
         }
         h2 { "History" }
+        @if history.len() >= usize::try_from(HISTORY_SHOWN).unwrap_or(usize::MAX) {
+            p.muted { "The latest " (HISTORY_SHOWN) " log rows." }
+        }
         @if history.is_empty() { p.muted { "No log rows." } } @else {
             div.scroll { table #history {
                 thead { tr { th { "when" } th { "status" } th { "entrypoint" } th.num { "priority" } th { "failure" } } }

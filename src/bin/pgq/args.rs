@@ -51,6 +51,7 @@ Environment:
   PGQUEUER_LISTEN_DSN: with PGQUEUER_POOLER=transaction, a direct DSN for pgq listen
       and for pgq web's live updates
   PGQUEUER_WEB_USER, PGQUEUER_WEB_PASSWORD: HTTP Basic credentials for pgq web
+  PGQUEUER_WEB_ALLOWED_HOSTS: host names pgq web answers for besides loopback
   PGQUEUER_QUEUE_TABLE, PGQUEUER_CHANNEL, ...: single object names, as in PgQueuer
   PGQUEUER_TABLEFMT (or TABLEFMT): table style: pretty (default), simple, plain, github
   RUST_LOG: log level of the program's own diagnostics (default warn)
@@ -271,6 +272,13 @@ pub(crate) enum Command {
         /// The port to bind (0 picks a free one and prints it).
         #[arg(long, env = "PGQUEUER_WEB_PORT", default_value_t = 8080)]
         port: u16,
+        /// Answer requests for NAME too (`name`, `name:port`, or `*` for any name), in
+        /// addition to PGQUEUER_WEB_ALLOWED_HOSTS (comma-separated). Always answered: the
+        /// bound address and localhost, 127.0.0.1 and `[::1]` on the port; other names get
+        /// 421 (a defence against DNS rebinding). Needed behind a reverse proxy and for
+        /// --host 0.0.0.0 reached by a name or another address. Repeatable.
+        #[arg(long = "allowed-host", value_name = "NAME", value_delimiter = ',')]
+        allowed_hosts: Vec<String>,
     },
 
     /// Listen on the NOTIFY channel and print each event as it arrives, one line each:

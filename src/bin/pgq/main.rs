@@ -203,7 +203,11 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             timeout,
         } => monitor::listen(ctx, channel, count, timeout),
         Command::PruneLog { older_than } => schema::prune_log(ctx, older_than),
-        Command::Web { host, port } => web(ctx, &host, port),
+        Command::Web {
+            host,
+            port,
+            allowed_hosts,
+        } => web(ctx, &host, port, allowed_hosts),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "pgq", &mut std::io::stdout());
             Ok(())
@@ -258,8 +262,11 @@ impl Context {
 
 /// `pgq web`: a pool of its own (a connection per request thread, the LISTEN
 /// connection outside it), served until the process is stopped.
-fn web(ctx: &Context, host: &str, port: u16) -> Outcome {
-    let web_options = pgqueuer::web::WebOptions::from_env()?;
+fn web(ctx: &Context, host: &str, port: u16, allowed_hosts: Vec<String>) -> Outcome {
+    let mut web_options = pgqueuer::web::WebOptions::from_env()?;
+    // Checked by `serve`, which names the option of a bad one (and warns when 0.0.0.0
+    // is bound with none listed).
+    web_options.allowed_hosts.extend(allowed_hosts);
     let options = pgqueuer::ConnectOptions {
         max_size: u32::try_from(web_options.threads).unwrap_or(4) + 1,
         min_idle: 1,

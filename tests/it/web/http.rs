@@ -1,6 +1,8 @@
 //! Authentication, the same-origin rule of actions, bad input, and a database that is
 //! slow or gone: each answered, and the server serving on afterwards.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use pgqueuer::web::{Dashboard, WebOptions};
@@ -294,4 +296,106 @@ fn a_slow_or_dead_database_gets_503_in_bounded_time() {
     });
     assert_eq!(get(addr, "/healthz").status, 200);
     server.shutdown();
+}
+
+/// `Debug` of the options (and of a dashboard holding them) shows the user, never the
+/// password.
+#[test]
+fn debug_never_prints_the_password() {
+    let mut options = WebOptions::default();
+    options.credentials = Some(("admin".into(), "hunter2-pw".into()));
+    for text in [format!("{options:?}"), format!("{options:#?}")] {
+        assert!(!text.contains("hunter2-pw"), "{text}");
+        assert!(
+            text.contains("admin") && text.contains("<redacted>"),
+            "{text}"
+        );
+    }
+    let db = TestDb::new();
+    let dashboard = Dashboard::new(db.pool(1), &Settings::default())
+        .unwrap()
+        .options(options);
+    let text = format!("{dashboard:?}");
+    assert!(!text.contains("hunter2-pw"), "{text}");
+}
+
+/// Reads `stream` until `needle` has come (or fails after 10 s).
+fn read_until(stream: &mut TcpStream, seen: &mut Vec<u8>, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(seen).contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in {:?}",
+            String::from_utf8_lossy(seen)
+        );
+        stream
+            .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now())))
+            .unwrap();
+        match stream.read(&mut buf) {
+            Ok(0) => panic!(
+                "closed before {needle:?}: {:?}",
+                String::from_utf8_lossy(seen)
+            ),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("waiting for {needle:?}: {e}"),
+        }
+    }
+}
+
+fn open_events(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(stream, "GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    stream
+}
+
+/// The live feed: a stream opens with its retry line, says `queue-change` when a job is
+/// enqueued, takes at most 64 pages (the 65th gets 503, and polls), and says `closing`
+/// and ends when the server stops.
+#[test]
+fn event_streams_tell_changes_take_64_and_say_closing() {
+    let db = TestDb::new();
+    let server = dashboard(&db, WebOptions::default());
+    let addr = server.addr();
+    let mut stream = open_events(addr);
+    let mut seen = Vec::new();
+    read_until(&mut stream, &mut seen, "retry: 3000");
+    assert!(String::from_utf8_lossy(&seen).contains("text/event-stream"));
+    Queue::new(db.pool(1))
+        .enqueue(NewJob::new("x", b"1".to_vec()))
+        .unwrap();
+    read_until(&mut stream, &mut seen, "event: queue-change");
+
+    let mut others: Vec<(TcpStream, Vec<u8>)> = (1..64)
+        .map(|_| {
+            let mut s = open_events(addr);
+            let mut seen = Vec::new();
+            read_until(&mut s, &mut seen, "retry: 3000");
+            (s, seen)
+        })
+        .collect();
+    let answer = get(addr, "/events");
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert!(answer.body.contains("will poll"), "{}", answer.body);
+    // A stream that ends frees its place.
+    drop(others.pop());
+    crate::harness::eventually(Duration::from_secs(20), "a place for a new stream", || {
+        let mut s = open_events(addr);
+        let mut head = [0u8; 12];
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+    });
+
+    server.shutdown();
+    read_until(&mut stream, &mut seen, "event: closing");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut rest = Vec::new();
+    stream
+        .read_to_end(&mut rest)
+        .expect("the stream ends after closing");
+    for (mut s, mut seen) in others {
+        read_until(&mut s, &mut seen, "event: closing");
+    }
 }

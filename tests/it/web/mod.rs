@@ -3,7 +3,9 @@
 //! through chromedriver).
 
 mod browser;
+mod hostile;
 mod http;
+mod limits;
 mod metrics;
 mod pages;
 mod webdriver;
@@ -96,7 +98,11 @@ fn send(
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    // The caller's Host, when it gives one, in place of the address.
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -197,13 +203,38 @@ pub struct PgqWeb {
 
 impl PgqWeb {
     pub fn start(db: &TestDb, env: &[(&str, &str)]) -> PgqWeb {
+        Self::start_with(db, env, &[], None)
+    }
+
+    /// `pgq web --port 0` plus `args`, with `env`, and at most `fd_limit` open file
+    /// descriptors (`ulimit -n`) when given.
+    pub fn start_with(
+        db: &TestDb,
+        env: &[(&str, &str)],
+        args: &[&str],
+        fd_limit: Option<u32>,
+    ) -> PgqWeb {
         use std::io::BufRead;
-        let mut child = std::process::Command::new(crate::harness::pgq_binary())
+        let pgq = crate::harness::pgq_binary();
+        let mut command = match fd_limit {
+            None => std::process::Command::new(&pgq),
+            Some(n) => {
+                // The shell execs pgq, which keeps its process id and the limit.
+                let mut c = std::process::Command::new("/bin/sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(&pgq);
+                c
+            }
+        };
+        let mut child = command
             .args(["web", "--port", "0"])
+            .args(args)
             .env("PGQUEUER_DSN", db.dsn())
             .env_remove("PGQUEUER_WEB_USER")
             .env_remove("PGQUEUER_WEB_PASSWORD")
             .env_remove("PGQUEUER_WEB_HOST")
+            .env_remove("PGQUEUER_WEB_ALLOWED_HOSTS")
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -221,6 +252,16 @@ impl PgqWeb {
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("pgq web did not say where it serves: {line:?}"));
         PgqWeb { child, addr }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Kills the process (as a crash or `kill -9` would).

@@ -286,3 +286,58 @@ fn a_large_queue_is_estimated_and_says_so() {
     );
     server.shutdown();
 }
+
+/// A job with a 10 MB payload, 100 kB of headers and a 2 MB traceback: the job and
+/// failures pages read and show bounded prefixes (each page stays under 100 kB) and say
+/// the whole sizes.
+#[test]
+fn huge_payloads_headers_and_tracebacks_are_shown_bounded() {
+    let db = TestDb::new();
+    let payload = vec![b'p'; 10 << 20];
+    let id = Queue::new(db.pool(1))
+        .enqueue(NewJob::new("bulky", payload).header("big", "h".repeat(100_000)))
+        .unwrap();
+    let mut client = db.client();
+    client
+        .execute(
+            "UPDATE pgqueuer SET status = 'failed' WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint, traceback)
+             VALUES ($1, 'failed', 0, 'bulky', jsonb_build_object(
+                 'exception_type', 'Boom', 'exception_message', repeat('m', 1000000),
+                 'traceback', repeat('t', 1000000)))",
+            &[&id],
+        )
+        .unwrap();
+    let server = dashboard(&db, WebOptions::default());
+    let addr = server.addr();
+    let page = get(addr, &format!("/jobs/{id}"));
+    assert_eq!(page.status, 200);
+    assert!(page.body.len() < 100_000, "{} bytes", page.body.len());
+    assert!(
+        page.body
+            .contains(&format!("first 16384 of {} bytes", 10 << 20)),
+        "the payload's whole size"
+    );
+    let headers: i32 = client
+        .query_one(
+            "SELECT octet_length(headers::text) FROM pgqueuer WHERE id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        page.body
+            .contains(&format!("first 16384 of {headers} bytes")),
+        "the headers' whole size"
+    );
+    assert!(page.body.contains("Boom"), "the failure");
+    let page = get(addr, "/failures");
+    assert_eq!(page.status, 200);
+    assert!(page.body.len() < 100_000, "{} bytes", page.body.len());
+    assert!(page.body.contains("Boom: mmm"));
+}
