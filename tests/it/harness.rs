@@ -424,29 +424,6 @@ impl Throwaway {
         }
     }
 
-    /// The data directory (to put files beside the server's own, owned by its user).
-    pub fn data_dir(&self) -> &Path {
-        &self.data
-    }
-
-    /// Gives `path` to the server's user (when running as root), so the server can read
-    /// a file a test wrote, such as its TLS key.
-    pub fn give_to_server(&self, path: &Path) -> Result<(), String> {
-        if !self.as_root {
-            return Ok(());
-        }
-        let status = Command::new("chown")
-            .arg("postgres:postgres")
-            .arg(path)
-            .status()
-            .map_err(|e| format!("chown: {e}"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("chown postgres {} failed", path.display()))
-        }
-    }
-
     /// The DSN of `dbname` on this server.
     pub fn dsn(&self, dbname: &str) -> String {
         self.server.dsn(dbname)

@@ -21,6 +21,7 @@ mod bad_input;
 mod blackhole;
 mod blocked;
 mod crash;
+mod failover;
 mod pool;
 mod pooler;
 mod rescue;
