@@ -1010,7 +1010,7 @@ impl App {
 
     fn system(&self) -> Handled {
         let s = &self.settings;
-        let (info, verify) = self.read(|tx| {
+        let info = self.read(|tx| {
             let info = data::system(tx, s)?;
             let facts = crate::schema::describe_in(tx, s)?;
             let missing = crate::schema::missing_objects(&facts, s);
@@ -1022,9 +1022,22 @@ impl App {
                     missing.join(", ")
                 ))
             };
-            Ok((info, verify))
+            let tls = crate::ops::connection_tls(tx)?;
+            Ok((info, verify, tls))
         })?;
-        self.page("System", "/system", &pages::system(&info, &verify))
+        // How this dashboard's connections are set: a page's own says whether it is
+        // encrypted (`sslmode=prefer` may fall back to plaintext).
+        let settings = self
+            .pool
+            .get_timeout(self.options.checkout_timeout)
+            .map_or_else(|e| format!("unknown ({e})"), |c| c.tls_settings());
+        let connection = format!("{}, {settings}", info.2);
+        let (info, verify) = (info.0, info.1);
+        self.page(
+            "System",
+            "/system",
+            &pages::system(&info, &verify, &connection),
+        )
     }
 
     fn healthz(&self) -> Reply {

@@ -758,12 +758,13 @@ pub(super) fn schedules(rows: &[Schedule], now: SystemTime) -> Markup {
     }
 }
 
-pub(super) fn system(info: &SystemInfo, verify: &Result<(), String>) -> Markup {
+pub(super) fn system(info: &SystemInfo, verify: &Result<(), String>, connection: &str) -> Markup {
     html! {
         h1 { "System" }
         dl.fields {
             dt { "server" } dd #server-version { "PostgreSQL " (info.server_version) }
             dt { "database" } dd { (info.database) }
+            dt { "connection" } dd #connection { (connection) }
             dt { "pgqueuer (Rust)" } dd { (env!("CARGO_PKG_VERSION")) }
             dt { "log rows awaiting aggregation" } dd #unaggregated { (info.unaggregated) }
             dt { "schema" } dd #verify {

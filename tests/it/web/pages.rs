@@ -124,6 +124,10 @@ fn every_page_shows_the_queue() {
     assert!(page.body.contains("PostgreSQL 1"), "server version");
     assert!(page.body.contains("verify passed"), "{}", page.body);
     assert!(page.body.contains("pgqueuer_log"));
+    assert!(
+        page.body.contains("sslmode="),
+        "the connection's TLS settings"
+    );
 
     for path in ["/static/style.css", "/static/live.js"] {
         let asset = get(addr, path);
