@@ -168,7 +168,7 @@ fn main() {
         ..Default::default()
     };
     let dsn = format!(
-        "host=127.0.0.1 port={} user={} dbname={}",
+        "host=127.0.0.1 port={} user={} dbname={} sslmode=disable",
         db.config.get_ports().first().copied().unwrap_or(5432),
         db.config.get_user().unwrap_or("postgres"),
         db.name

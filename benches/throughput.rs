@@ -44,6 +44,8 @@
 //!   enqueue's own commit is part of every figure: on this machine it is about 1.9 ms of
 //!   an idle job's 3.1 ms and most of its tail.
 //! - memory: peak RSS of this process (a 16-thread worker plus producers) after the runs.
+//! - tls: the 16-thread drain and PgQueuer's flow with `sslmode=require` against
+//!   `sslmode=disable` (every other shape's), alternately, and their ratios.
 //! - pgbouncer: PgQueuer's flow shape direct and through a real PgBouncer in transaction
 //!   mode (8 server connections; the worker listens directly), and their ratio. Needs
 //!   `pgbouncer` (installed with apt-get when missing and run as root;
@@ -78,7 +80,11 @@ use common::{env_or, peak_rss_mib};
 struct BenchDb {
     admin: Client,
     name: String,
+    /// The DSN of the database, with the `sslmode` of the shapes (`disable`, unless the
+    /// `tls` shape says otherwise): the figures stay comparable with plaintext peers.
     dsn: String,
+    /// The `sslmode` pools are opened with.
+    sslmode: std::cell::Cell<&'static str>,
     /// Created (and so dropped) by this run.
     owned: bool,
 }
@@ -117,6 +123,7 @@ impl BenchDb {
             admin,
             name,
             dsn,
+            sslmode: std::cell::Cell::new("disable"),
             owned,
         };
         let pool = db.pool(1);
@@ -136,7 +143,8 @@ impl BenchDb {
             min_idle: 0,
             ..Default::default()
         };
-        pgqueuer::connect_with(&self.dsn, &options).unwrap()
+        let dsn = format!("{} sslmode={}", self.dsn, self.sslmode.get());
+        pgqueuer::connect_with(&dsn, &options).unwrap()
     }
 
     /// The server's host and port, for a PgBouncer in front of it.
@@ -600,7 +608,7 @@ fn main() {
     let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
     let shapes: String = env_or(
         "PGQ_BENCH_SHAPES",
-        "flow,drain,floor,limits,limits-drain,latency,memory,pgbouncer".to_owned(),
+        "flow,drain,floor,limits,limits-drain,latency,tls,memory,pgbouncer".to_owned(),
     );
     let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
     let durability = match std::env::var("PGQ_BENCH_DURABILITY") {
@@ -780,6 +788,45 @@ fn main() {
             String::new(),
         );
     }
+    if wants("tls") {
+        // Over TLS (`sslmode=require`, this server's own certificate) against plaintext,
+        // alternately, so that both see the same machine.
+        let rounds = if quick { 1 } else { 3 };
+        let (mut drains, mut flows) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+        for _ in 0..rounds {
+            for (i, mode) in ["disable", "require"].into_iter().enumerate() {
+                db.sslmode.set(mode);
+                drains[i].push(drain(&db, drain_jobs, 16, 10, 0).0);
+                flows[i].push(flow(&db, 16, 10, 1, 10, 0, window).0);
+            }
+        }
+        db.sslmode.set("disable");
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        for (what, rates) in [
+            ("drain (16 thr, batch 10)", &drains),
+            ("pgqueuer flow", &flows),
+        ] {
+            let (plain, tls) = (mean(&rates[0]), mean(&rates[1]));
+            record(
+                format!("tls: {what}, plaintext"),
+                plain,
+                "jobs/s",
+                format!("{rounds} rounds"),
+            );
+            record(
+                format!("tls: {what}, sslmode=require"),
+                tls,
+                "jobs/s",
+                String::new(),
+            );
+            record(
+                format!("tls: {what}, TLS / plaintext"),
+                tls / plain,
+                "ratio",
+                "target >= 0.9".into(),
+            );
+        }
+    }
     if wants("pgbouncer") {
         let (host, port) = db.upstream();
         let bouncer = pgbouncer::PgBouncer::start(pgbouncer::Mode::Transaction, (&host, port), 8);
@@ -787,7 +834,7 @@ fn main() {
             max_size: 6,
             min_idle: 0,
             pooler: Pooler::Transaction,
-            listen_dsn: Some(db.dsn.clone()),
+            listen_dsn: Some(format!("{} sslmode=disable", db.dsn)),
             ..Default::default()
         };
         let through = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
