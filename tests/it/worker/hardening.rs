@@ -517,6 +517,8 @@ fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
         40 => (1u64..3_000).prop_map(Duration::from_millis),
         1 => (0u64..100_000_000).prop_map(Duration::from_secs),
         1 => any::<u64>().prop_map(Duration::from_secs),
+        // Past the year 9999 from now, where Python's datetime cannot read it.
+        1 => Just(Duration::from_secs(9_000 * 31_557_600)),
         1 => Just(Duration::MAX),
     ]
 }
