@@ -728,3 +728,73 @@ fn arbitrary_jobs_are_stored_or_refused_by_name() {
         })
         .unwrap();
 }
+
+/// A held job's row that another session keeps locked (`SELECT ... FOR UPDATE` in an
+/// open transaction) holds up nothing else: the other held job's heartbeat stays fresh
+/// and its outcome is written at once, while the locked job's outcome waits for the
+/// lock and is written after it. The heartbeat and the completer used to retry the
+/// locked row for up to 30 s, and every other job waited behind it.
+#[test]
+fn a_row_locked_by_another_session_holds_up_no_other_job() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let (a_gate, b_gate) = (Gate::new(), Gate::new());
+    let worker = Worker::builder(pool)
+        .threads(2)
+        .heartbeat_timeout(Duration::from_secs(2))
+        .entrypoint("locked_a", a_gate.handler())
+        .entrypoint("locked_b", b_gate.handler())
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    let a = queue.enqueue(NewJob::new("locked_a", Vec::new())).unwrap();
+    let b = queue.enqueue(NewJob::new("locked_b", Vec::new())).unwrap();
+    a_gate.wait_started(1);
+    b_gate.wait_started(1);
+    let mut locker = db.client();
+    let mut lock = locker.transaction().unwrap();
+    lock.execute("SELECT 1 FROM pgqueuer WHERE id = $1 FOR UPDATE", &[&a])
+        .unwrap();
+    // A ends first: its outcome meets the lock.
+    a_gate.let_through(1);
+    let heartbeat_age = |client: &mut postgres::Client, id: i64| -> f64 {
+        client
+            .query_one(
+                "SELECT extract(epoch FROM now() - heartbeat)::float8 FROM pgqueuer WHERE id = $1",
+                &[&id],
+            )
+            .unwrap()
+            .get(0)
+    };
+    // Three beats of B while A's row stays locked (beats every second).
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let age = heartbeat_age(&mut client, b);
+    assert!(
+        age < 2.0,
+        "B's heartbeat is {age:.1} s old behind A's locked row"
+    );
+    b_gate.let_through(1);
+    eventually(
+        Duration::from_secs(10),
+        "B's outcome while A's row is locked",
+        || log_of(&mut client, b).last().map(String::as_str) == Some("successful"),
+    );
+    assert_eq!(
+        log_of(&mut client, a).last().map(String::as_str),
+        Some("picked"),
+        "A's outcome cannot be written while its row is locked"
+    );
+    lock.rollback().unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "A's outcome once the lock is gone",
+        || log_of(&mut client, a).last().map(String::as_str) == Some("successful"),
+    );
+    worker.join().unwrap();
+}
