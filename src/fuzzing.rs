@@ -105,6 +105,18 @@ pub fn timestamp(seconds: i64, nanos: u32) {
     }
 }
 
+/// The dashboard's query strings, forms, header values and host names (feature `web`).
+#[cfg(feature = "web")]
+pub fn web_request_text(text: &str) {
+    crate::web::fuzz::request_text(text);
+}
+
+/// The dashboard's payload and headers views (feature `web`).
+#[cfg(feature = "web")]
+pub fn web_payload(shown: &[u8], extra: usize) {
+    crate::web::fuzz::payload(shown, extra);
+}
+
 #[cfg(test)]
 mod properties {
     //! The fuzzing checks as property tests: a short run in every `cargo test` (the
@@ -203,6 +215,33 @@ mod properties {
         #[test]
         fn timestamps_read_back(seconds in any::<i64>(), nanos in any::<u32>()) {
             super::timestamp(seconds, nanos);
+        }
+
+        #[cfg(feature = "web")]
+        #[test]
+        fn web_request_texts_never_panic(
+            text in prop_oneof![
+                "([a-z_]{0,6}=([a-z0-9+]|%[0-9a-fA-F]{2}|%[^0-9a-fA-F]?|%00){0,6}&?){0,5}",
+                "(https?://)?[a-z.]{0,12}(:[0-9]{0,6})?(/[a-z]*)?",
+                "\\[[0-9a-f:]{0,12}\\](:[0-9]{1,5})?",
+                "Basic [A-Za-z0-9+/=]{0,24}",
+                "\\PC{0,80}",
+            ]
+        ) {
+            super::web_request_text(&text);
+        }
+
+        #[cfg(feature = "web")]
+        #[test]
+        fn web_payload_views_stay_bounded(
+            shown in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..600),
+                "\\{(\"[a-z\\x00]{0,4}\":[0-9\\[\\]{}\",]{0,8},?){0,8}\\}".prop_map(String::into_bytes),
+                "\\[{0,200}".prop_map(String::into_bytes),
+            ],
+            extra in any::<usize>(),
+        ) {
+            super::web_payload(&shown, extra);
         }
     }
 }

@@ -55,6 +55,40 @@ mod live;
 mod pages;
 mod server;
 
+/// The dashboard's parsers of outside input, for [`crate::fuzzing`].
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz {
+    use super::{http, pages};
+
+    /// A query string, form body, header value or host name as a client sends it: no
+    /// parser panics; a decoded parameter never holds NUL; `encode` round-trips; a host
+    /// allowed by name is allowed again on the port it was allowed with.
+    pub(crate) fn request_text(text: &str) {
+        if let Ok(pairs) = http::pairs(text) {
+            for (name, value) in pairs {
+                assert!(!name.contains('\0') && !value.contains('\0'), "{text:?}");
+            }
+        }
+        if !text.contains('\0') {
+            assert_eq!(http::decode(&http::encode(text)).as_deref(), Ok(text));
+        }
+        let _ = http::basic_credentials(text);
+        let bound = std::net::SocketAddr::from(([127, 0, 0, 1], 8080));
+        let hosts = http::Hosts::new(bound, &[text.to_owned()]);
+        assert!(hosts.allows("127.0.0.1:8080") && hosts.allows("localhost:8080"));
+        let _ = hosts.allows(text);
+        let _ = http::check_allowed_host(text);
+        let _ = http::same_origin(&hosts, Some(text), Some(text), Some(text));
+        let _ = http::same_origin(&hosts, None, Some(text), None);
+    }
+
+    /// A payload (its first bytes, of `whole` in all) and headers text written by any
+    /// program: rendering never panics and stays bounded.
+    pub(crate) fn payload(shown: &[u8], extra: usize) {
+        pages::fuzz_views(shown, shown.len() + extra % 1_000_000);
+    }
+}
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

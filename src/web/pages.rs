@@ -541,6 +541,22 @@ fn payload_view(shown: &[u8], whole: usize) -> (&'static str, String) {
     ("hex (not UTF-8)", out)
 }
 
+/// The payload and headers views over outside bytes (see `super::fuzz`): bounded output.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) fn fuzz_views(shown: &[u8], whole: usize) {
+    let (_, view) = payload_view(shown, whole);
+    // Text as is, pretty JSON cut to its bound, or at most 256 hex lines.
+    assert!(
+        view.len() <= shown.len().max(PRETTY_SHOWN + 8).max(256 * 90),
+        "{} bytes shown as {}",
+        shown.len(),
+        view.len()
+    );
+    let text = String::from_utf8_lossy(shown);
+    let _ = headers_view(&text, whole);
+    let _ = size_note(shown.len(), whole);
+}
+
 /// How much of something of `whole` bytes shows when `shown` bytes do.
 fn size_note(shown: usize, whole: usize) -> String {
     if shown < whole {
