@@ -86,6 +86,7 @@ mod claim;
 mod connect;
 mod cron;
 mod error;
+mod health;
 pub mod events;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

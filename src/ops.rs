@@ -52,6 +52,8 @@ use crate::settings::{Durability, Settings};
 use crate::sql::ops as sql;
 use crate::time::python_time;
 
+pub use crate::health::{Health, HealthOptions, Reason as HealthReason, Verdict, health};
+
 /// What one [`aggregate_log`] call did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Aggregation {

@@ -193,6 +193,33 @@ pub(crate) fn queue_select_stale(s: &Settings) -> String {
     )
 }
 
+/// The facts a health verdict is made of (`ops::health`), in one statement: `$1` a
+/// heartbeat's age that makes a picked job stale, `$2` the window over which arrivals
+/// and completions are counted, both in microseconds. `last_progress_s` is the age of
+/// the latest log row other than an enqueue (a pick or an outcome) of the last day. Each
+/// count reads an index (or the window's rows of the log).
+pub(crate) fn queue_health_facts(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT
+  (SELECT count(*) FROM {queue} WHERE status = 'queued'::{status} AND execute_after <= now()) AS due,
+  (SELECT EXTRACT(EPOCH FROM now() - min(greatest(created, execute_after)))::float8
+     FROM {queue} WHERE status = 'queued'::{status} AND execute_after <= now()) AS oldest_due_s,
+  (SELECT count(*) FROM {queue} WHERE status = 'picked'::{status}) AS picked,
+  (SELECT count(*) FROM {queue} WHERE status = 'picked'::{status} AND heartbeat < now() - {stale}) AS stale,
+  (SELECT count(*) FROM {queue} WHERE status = 'failed'::{status}) AS failed,
+  (SELECT EXTRACT(EPOCH FROM now() - max(created))::float8 FROM {log}
+     WHERE created > now() - interval '1 day' AND status <> 'queued'::{status}) AS last_progress_s,
+  (SELECT count(*) FROM {log} WHERE created > now() - {window} AND status = 'queued'::{status}) AS arrivals,
+  (SELECT count(*) FROM {log} WHERE created > now() - {window}
+      AND status NOT IN ('queued'::{status}, 'picked'::{status})) AS completions",
+        stale = micros_interval("$1"),
+        window = micros_interval("$2"),
+    )
+}
+
 /// The limit audit (see `ops::limit_audit`): per entrypoint with a run in the window
 /// (`$1` microseconds back; `$2` one entrypoint or NULL; `$3` the clock resolution in
 /// microseconds), the most runs open at once swept in the order the log was written

@@ -36,6 +36,8 @@ Monitoring:
   web          serve the web dashboard and the Prometheus endpoint
   limits       concurrency slots in use per entrypoint, and the limits they imply
   audit        from the log: the most jobs of each entrypoint picked at once
+  health       OK, DEGRADED or STALLED, with the reasons (exit status 0, 1, 2)
+  mcp          an MCP server on stdio: read-only tools for an assistant
   prune-log    fold the log into the statistics, then delete old log rows
 
 Shell:
@@ -320,6 +322,40 @@ pub(crate) enum Command {
         json: bool,
     },
 
+    /// Say whether the queue is healthy, from the database alone (so it holds for a mixed
+    /// Python and Rust fleet): STALLED when due work waits and nothing was picked or
+    /// finished for --stall-after, or the schema would stop workers from starting;
+    /// DEGRADED for stale picked jobs, a backlog growing faster than throughput, held
+    /// failures, or more slots held than a --limit. Exit status 0 (OK), 1 (DEGRADED),
+    /// 2 (STALLED), 3 when the check itself fails.
+    Health {
+        /// Due work that waited this long with nothing picked or finished is a stall.
+        #[arg(long, value_parser = parse_span, default_value = "60s", value_name = "DURATION")]
+        stall_after: Duration,
+        /// A picked job whose heartbeat is older than this is stale.
+        #[arg(long, value_parser = parse_span, default_value = "30s", value_name = "DURATION")]
+        stale_after: Duration,
+        /// Arrivals and completions are compared over this window.
+        #[arg(long, value_parser = parse_span, default_value = "5m", value_name = "DURATION")]
+        window: Duration,
+        /// A concurrency limit declared for an entrypoint, to check the slots held
+        /// against (repeatable).
+        #[arg(long = "limit", value_parser = parse_declared_limit, value_name = "ENTRYPOINT=N")]
+        limits: Vec<(String, u32)>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Serve PgQueuer's read-only MCP tools (and a few more: explain_job, limits,
+    /// limit_audit, health) on stdin and stdout, for an assistant. Every statement runs
+    /// in a read-only transaction with a statement timeout.
+    Mcp {
+        /// The statement timeout of every tool's reads.
+        #[arg(long, value_parser = parse_seconds, default_value = "5", value_name = "SECONDS")]
+        statement_timeout: Duration,
+    },
+
     /// Fold every log row into the statistics (so the counts survive), then delete log
     /// rows older than DURATION, all in one transaction. Prints how many. (PgQueuer has
     /// no such command; its log grows forever.)
@@ -465,6 +501,21 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// A span such as `7d`, `12h`, `30m`, `90s`, `1h30m` or `1.5h`: numbers, each with a
 /// unit (`w`, `d`, `h`, `m`, `s`). A bare number is refused, as its unit would be a
 /// guess.
+/// `ENTRYPOINT=N`, a declared concurrency limit.
+pub(crate) fn parse_declared_limit(text: &str) -> Result<(String, u32), String> {
+    let (name, limit) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{text:?} is not ENTRYPOINT=N"))?;
+    let limit: u32 = limit
+        .trim()
+        .parse()
+        .map_err(|_| format!("{limit:?} is not a limit (a whole number)"))?;
+    if name.is_empty() || limit == 0 {
+        return Err(format!("{text:?}: give an entrypoint and a limit of 1 or more"));
+    }
+    Ok((name.to_owned(), limit))
+}
+
 pub(crate) fn parse_span(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {

@@ -36,6 +36,8 @@ enum Failure {
     Failed(Error),
     /// A command's own finding, said in words.
     Message(String),
+    /// A command that reported already and chose its exit status (`pgq health`).
+    Exit(u8),
 }
 
 impl From<Error> for Failure {
@@ -98,6 +100,7 @@ fn report(failure: &Failure, target: Option<&str>) -> ExitCode {
             }
         }
         Failure::Message(message) => eprintln!("pgq: error: {message}"),
+        Failure::Exit(code) => return ExitCode::from(*code),
     }
     ExitCode::FAILURE
 }
@@ -176,6 +179,21 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             json,
         } => jobs::explain(ctx, id, heartbeat_timeout, json),
         Command::Limits(json) => monitor::limits(ctx, json.json),
+        Command::Health {
+            stall_after,
+            stale_after,
+            window,
+            limits,
+            json,
+        } => {
+            let mut options = pgqueuer::ops::HealthOptions::default();
+            options.stall_after = stall_after;
+            options.stale_after = stale_after;
+            options.window = window;
+            options.limits = limits;
+            monitor::health(ctx, &options, json)
+        }
+        Command::Mcp { statement_timeout } => mcp(ctx, statement_timeout),
         Command::Audit {
             since,
             entrypoint,

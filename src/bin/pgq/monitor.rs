@@ -607,6 +607,51 @@ pub(crate) fn audit(
     Ok(())
 }
 
+/// `pgq health`: the verdict, its reasons and the figures; the exit status says the
+/// verdict (0, 1, 2), and 3 when the check itself failed.
+pub(crate) fn health(ctx: &Context, options: &ops::HealthOptions, json: bool) -> Outcome {
+    let checked = ctx
+        .connect()
+        .and_then(|mut conn| ops::health(&mut *conn, &ctx.settings, options));
+    let health = match checked {
+        Ok(health) => health,
+        Err(e) => {
+            if json {
+                println!("{}", json!({ "verdict": "UNKNOWN", "error": e.to_string() }));
+            } else {
+                crate::report(&Failure::Failed(e), ctx.target.borrow().as_deref());
+            }
+            return Err(Failure::Exit(3));
+        }
+    };
+    if json {
+        println!("{}", health.to_json());
+    } else {
+        println!("{}", health.verdict);
+        for reason in &health.reasons {
+            println!("  - {} ({}): {}", reason.verdict, reason.code, reason.message);
+        }
+        println!(
+            "  due {}, picked {} ({} stale), failed {}, last progress {}, {} arrived and {} \
+             finished over {}",
+            health.due_jobs,
+            health.picked_jobs,
+            health.stale_jobs,
+            health.failed_jobs,
+            health
+                .last_progress
+                .map_or_else(|| "none today".to_owned(), |d| format!("{} s ago", d.as_secs())),
+            health.arrivals,
+            health.completions,
+            format_span(options.window)
+        );
+    }
+    match health.verdict.exit_code() {
+        0 => Ok(()),
+        code => Err(Failure::Exit(code)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
