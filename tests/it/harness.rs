@@ -368,6 +368,7 @@ impl Throwaway {
     /// A streaming standby of `primary` (which must allow replication connections, as
     /// initdb's trust lines do): `pg_basebackup -R` into a directory of its own, started
     /// on a port of its own.
+    #[allow(dead_code, reason = "no test of this binary uses it yet")]
     pub fn standby_of(primary: &Throwaway) -> Result<Throwaway, String> {
         let standby = Throwaway::initdb(&[], &[], false)?;
         let data = standby.data_str()?;
@@ -404,6 +405,7 @@ impl Throwaway {
     }
 
     /// Promotes a standby to primary and waits until it accepts writes.
+    #[allow(dead_code, reason = "no test of this binary uses it yet")]
     pub fn promote(&self) -> Result<(), String> {
         self.pg_ctl(&["promote"])?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -425,12 +427,14 @@ impl Throwaway {
     }
 
     /// The data directory (to put files beside the server's own, owned by its user).
+    #[allow(dead_code, reason = "no test of this binary uses it yet")]
     pub fn data_dir(&self) -> &Path {
         &self.data
     }
 
     /// Gives `path` to the server's user (when running as root), so the server can read
     /// a file a test wrote, such as its TLS key.
+    #[allow(dead_code, reason = "no test of this binary uses it yet")]
     pub fn give_to_server(&self, path: &Path) -> Result<(), String> {
         if !self.as_root {
             return Ok(());

@@ -11,8 +11,8 @@ use pgqueuer::postgres::Client;
 use pgqueuer::postgres::fallible_iterator::FallibleIterator;
 use pgqueuer::{Durability, Error, Settings};
 
-use crate::harness::TestDb;
 use crate::harness::scalar;
+use crate::harness::{TestDb, eventually};
 
 fn add_log_rows(client: &mut Client, entrypoint: &str, n: i64) {
     client
@@ -123,6 +123,8 @@ fn concurrent_aggregations_count_every_row_once() {
     );
 }
 
+/// `prune_log` waits while another session holds the aggregation lock, then aggregates
+/// and deletes the old rows.
 #[test]
 fn pruning_waits_for_a_running_aggregator() {
     let db = TestDb::new();
@@ -145,7 +147,22 @@ fn pruning_waits_for_a_running_aggregator() {
             Duration::from_secs(86_400),
         )
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // The pruner's backend waits on the advisory lock: it had its chance to go on.
+    eventually(
+        Duration::from_secs(30),
+        "prune_log to wait on the lock",
+        || {
+            assert!(!pruner.is_finished(), "prune_log must wait for the lock");
+            scalar::<i64>(
+                &mut holder,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+                 AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                    db.name
+                ),
+            ) == 1
+        },
+    );
     assert!(!pruner.is_finished(), "prune_log must wait for the lock");
     holder
         .execute(

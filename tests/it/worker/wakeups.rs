@@ -171,7 +171,7 @@ fn a_lone_job_runs_on_the_claiming_thread_and_claiming_goes_on() {
                     match name.as_str() {
                         "long 1" => seen.wait_for(|s| s.iter().any(|n| n == "next")),
                         "long 2" => {
-                            seen.wait_for(|s| s.iter().filter(|n| n.starts_with('b')).count() == 8)
+                            seen.wait_for(|s| s.iter().filter(|n| n.starts_with('b')).count() == 8);
                         }
                         _ => std::thread::sleep(Duration::from_millis(50)),
                     }
