@@ -24,6 +24,8 @@ fn add_log_rows(client: &mut Client, entrypoint: &str, n: i64) {
         .unwrap();
 }
 
+/// `aggregate_log` returns `Busy` at once while another session holds PgQueuer's
+/// statistics lock (its key is PgQueuer's), and aggregates once the lock is free.
 #[test]
 fn aggregation_yields_to_a_holder_of_pgqueuers_lock() {
     let db = TestDb::new();
@@ -77,6 +79,7 @@ fn aggregation_yields_to_a_holder_of_pgqueuers_lock() {
     assert_eq!((rows[0].entrypoint.as_str(), rows[0].count), ("a", 5));
 }
 
+/// Two aggregators running at once beside a writer count every log row exactly once.
 #[test]
 fn concurrent_aggregations_count_every_row_once() {
     let db = TestDb::new();
@@ -183,6 +186,8 @@ fn pruning_waits_for_a_running_aggregator() {
     assert!(matches!(err, Error::InvalidInput { ref field, .. } if field == "older_than"));
 }
 
+/// Every operation works on prefixed tables in a schema of their own, locking on the
+/// qualified statistics table name as PgQueuer does.
 #[test]
 fn every_operation_works_with_a_prefix_and_schema() {
     let db = TestDb::empty();
@@ -251,6 +256,8 @@ fn every_operation_works_with_a_prefix_and_schema() {
     assert_eq!(pruned.deleted, 1);
 }
 
+/// `ops::listen` quotes the channel (mixed case and punctuation arrive) and refuses
+/// names PostgreSQL cannot take.
 #[test]
 fn listen_quotes_the_channel() {
     let db = TestDb::new();
