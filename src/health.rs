@@ -241,8 +241,7 @@ pub fn health<C: GenericClient>(
     }
     #[allow(clippy::cast_precision_loss, reason = "a ratio of job counts")]
     let growing = health.due_jobs > 0
-        && health.arrivals
-            > (health.completions as f64 * BACKLOG_FACTOR) as u64 + BACKLOG_MARGIN;
+        && health.arrivals > (health.completions as f64 * BACKLOG_FACTOR) as u64 + BACKLOG_MARGIN;
     if growing {
         reasons.push(Reason {
             verdict: Verdict::Degraded,
@@ -345,7 +344,7 @@ impl fmt::Display for Health {
 }
 
 fn verdict_of(mut reasons: Vec<Reason>, mut health: Health) -> Health {
-    reasons.sort_by(|a, b| b.verdict.cmp(&a.verdict));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.verdict));
     health.verdict = reasons.first().map_or(Verdict::Ok, |r| r.verdict);
     health.reasons = reasons;
     health

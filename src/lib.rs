@@ -86,11 +86,11 @@ mod claim;
 mod connect;
 mod cron;
 mod error;
-mod health;
 pub mod events;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod health;
 mod job;
 pub mod ops;
 mod queue;

@@ -4,7 +4,7 @@
 Used by tests/it/scheduler.rs to show that a schedule registered by Python is run by
 Rust and the other way round. Each fire of the schedule inserts a row into
 `interop_fires` (side 'python', the schedule row's id, its expression as Python got
-it, when the row was claimed, and clock_timestamp()). On exit it prints one JSON line:
+it, when the row was claimed, the next run its claim set, and clock_timestamp()). On exit it prints one JSON line:
 the expression PgQueuer normalized and how many fires it ran.
 
     python tests/scheduler_interop.py DSN ENTRYPOINT EXPRESSION SECONDS
@@ -27,6 +27,7 @@ CREATE = """CREATE TABLE IF NOT EXISTS interop_fires (
     schedule_id bigint NOT NULL,
     expression text NOT NULL,
     picked_at timestamptz NOT NULL,
+    next_run timestamptz NOT NULL,
     fired_at timestamptz NOT NULL DEFAULT clock_timestamp())"""
 
 
@@ -42,11 +43,12 @@ async def main(dsn: str, entrypoint: str, expression: str, seconds: float) -> No
         nonlocal fires
         fires += 1
         await record_conn.execute(
-            "INSERT INTO interop_fires (side, schedule_id, expression, picked_at)"
-            " VALUES ('python', $1, $2, $3)",
+            "INSERT INTO interop_fires (side, schedule_id, expression, picked_at, next_run)"
+            " VALUES ('python', $1, $2, $3, $4)",
             schedule.id,
             schedule.expression,
             schedule.updated,
+            schedule.next_run,
         )
 
     async def stop_later() -> None:

@@ -740,3 +740,41 @@ pub fn log_of(client: &mut Client, id: i64) -> Vec<String> {
         .map(|r| r.get(0))
         .collect()
 }
+
+/// The backends of database `db` that listen, by pid: their `application_name` ends in
+/// `-listen` (the LISTEN connections of workers, `wait_for` and the dashboard) and they
+/// have run a statement (a listener's first is its LISTEN, to its end; later ones, its
+/// health checks). `query` alone is no test: after a health check it no longer says
+/// LISTEN.
+pub fn listener_pids(client: &mut Client, db: &str) -> Vec<i32> {
+    client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 \
+             AND application_name LIKE '%-listen' AND query <> '' \
+             AND NOT (state = 'active' AND query LIKE 'LISTEN%') ORDER BY pid",
+            &[&db],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Waits (up to `limit`) until database `db` has `n` listeners (see [`listener_pids`])
+/// none of which is in `gone` (backends terminated, perhaps not yet away); returns them.
+#[track_caller]
+pub fn wait_listeners(
+    client: &mut Client,
+    db: &str,
+    n: usize,
+    gone: &[i32],
+    limit: Duration,
+) -> Vec<i32> {
+    let mut pids = Vec::new();
+    eventually(limit, &format!("{n} listeners on {db}"), || {
+        pids = listener_pids(client, db);
+        pids.retain(|p| !gone.contains(p));
+        pids.len() == n
+    });
+    pids
+}

@@ -11,8 +11,8 @@ use pgqueuer::postgres::Client;
 use pgqueuer::postgres::fallible_iterator::FallibleIterator;
 use pgqueuer::{Durability, Error, Settings};
 
-use crate::harness::TestDb;
 use crate::harness::scalar;
+use crate::harness::{TestDb, eventually};
 
 fn add_log_rows(client: &mut Client, entrypoint: &str, n: i64) {
     client
@@ -24,6 +24,8 @@ fn add_log_rows(client: &mut Client, entrypoint: &str, n: i64) {
         .unwrap();
 }
 
+/// `aggregate_log` returns `Busy` at once while another session holds PgQueuer's
+/// statistics lock (its key is PgQueuer's), and aggregates once the lock is free.
 #[test]
 fn aggregation_yields_to_a_holder_of_pgqueuers_lock() {
     let db = TestDb::new();
@@ -77,6 +79,7 @@ fn aggregation_yields_to_a_holder_of_pgqueuers_lock() {
     assert_eq!((rows[0].entrypoint.as_str(), rows[0].count), ("a", 5));
 }
 
+/// Two aggregators running at once beside a writer count every log row exactly once.
 #[test]
 fn concurrent_aggregations_count_every_row_once() {
     let db = TestDb::new();
@@ -123,6 +126,8 @@ fn concurrent_aggregations_count_every_row_once() {
     );
 }
 
+/// `prune_log` waits while another session holds the aggregation lock, then aggregates
+/// and deletes the old rows.
 #[test]
 fn pruning_waits_for_a_running_aggregator() {
     let db = TestDb::new();
@@ -145,7 +150,22 @@ fn pruning_waits_for_a_running_aggregator() {
             Duration::from_secs(86_400),
         )
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // The pruner's backend waits on the advisory lock: it had its chance to go on.
+    eventually(
+        Duration::from_secs(30),
+        "prune_log to wait on the lock",
+        || {
+            assert!(!pruner.is_finished(), "prune_log must wait for the lock");
+            scalar::<i64>(
+                &mut holder,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+                 AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                    db.name
+                ),
+            ) == 1
+        },
+    );
     assert!(!pruner.is_finished(), "prune_log must wait for the lock");
     holder
         .execute(
@@ -166,6 +186,8 @@ fn pruning_waits_for_a_running_aggregator() {
     assert!(matches!(err, Error::InvalidInput { ref field, .. } if field == "older_than"));
 }
 
+/// Every operation works on prefixed tables in a schema of their own, locking on the
+/// qualified statistics table name as PgQueuer does.
 #[test]
 fn every_operation_works_with_a_prefix_and_schema() {
     let db = TestDb::empty();
@@ -234,6 +256,8 @@ fn every_operation_works_with_a_prefix_and_schema() {
     assert_eq!(pruned.deleted, 1);
 }
 
+/// `ops::listen` quotes the channel (mixed case and punctuation arrive) and refuses
+/// names PostgreSQL cannot take.
 #[test]
 fn listen_quotes_the_channel() {
     let db = TestDb::new();

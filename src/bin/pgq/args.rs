@@ -37,7 +37,6 @@ Monitoring:
   limits       concurrency slots in use per entrypoint, and the limits they imply
   audit        from the log: the most jobs of each entrypoint picked at once
   health       OK, DEGRADED or STALLED, with the reasons (exit status 0, 1, 2)
-  mcp          an MCP server on stdio: read-only tools for an assistant
   prune-log    fold the log into the statistics, then delete old log rows
 
 Shell:
@@ -347,15 +346,6 @@ pub(crate) enum Command {
         json: bool,
     },
 
-    /// Serve PgQueuer's read-only MCP tools (and a few more: explain_job, limits,
-    /// limit_audit, health) on stdin and stdout, for an assistant. Every statement runs
-    /// in a read-only transaction with a statement timeout.
-    Mcp {
-        /// The statement timeout of every tool's reads.
-        #[arg(long, value_parser = parse_seconds, default_value = "5", value_name = "SECONDS")]
-        statement_timeout: Duration,
-    },
-
     /// Fold every log row into the statistics (so the counts survive), then delete log
     /// rows older than DURATION, all in one transaction. Prints how many. (PgQueuer has
     /// no such command; its log grows forever.)
@@ -511,7 +501,9 @@ pub(crate) fn parse_declared_limit(text: &str) -> Result<(String, u32), String> 
         .parse()
         .map_err(|_| format!("{limit:?} is not a limit (a whole number)"))?;
     if name.is_empty() || limit == 0 {
-        return Err(format!("{text:?}: give an entrypoint and a limit of 1 or more"));
+        return Err(format!(
+            "{text:?}: give an entrypoint and a limit of 1 or more"
+        ));
     }
     Ok((name.to_owned(), limit))
 }

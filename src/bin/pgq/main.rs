@@ -193,7 +193,6 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             options.limits = limits;
             monitor::health(ctx, &options, json)
         }
-        Command::Mcp { statement_timeout } => mcp(ctx, statement_timeout),
         Command::Audit {
             since,
             entrypoint,

@@ -617,7 +617,10 @@ pub(crate) fn health(ctx: &Context, options: &ops::HealthOptions, json: bool) ->
         Ok(health) => health,
         Err(e) => {
             if json {
-                println!("{}", json!({ "verdict": "UNKNOWN", "error": e.to_string() }));
+                println!(
+                    "{}",
+                    json!({ "verdict": "UNKNOWN", "error": e.to_string() })
+                );
             } else {
                 crate::report(&Failure::Failed(e), ctx.target.borrow().as_deref());
             }
@@ -629,7 +632,10 @@ pub(crate) fn health(ctx: &Context, options: &ops::HealthOptions, json: bool) ->
     } else {
         println!("{}", health.verdict);
         for reason in &health.reasons {
-            println!("  - {} ({}): {}", reason.verdict, reason.code, reason.message);
+            println!(
+                "  - {} ({}): {}",
+                reason.verdict, reason.code, reason.message
+            );
         }
         println!(
             "  due {}, picked {} ({} stale), failed {}, last progress {}, {} arrived and {} \
@@ -638,9 +644,10 @@ pub(crate) fn health(ctx: &Context, options: &ops::HealthOptions, json: bool) ->
             health.picked_jobs,
             health.stale_jobs,
             health.failed_jobs,
-            health
-                .last_progress
-                .map_or_else(|| "none today".to_owned(), |d| format!("{} s ago", d.as_secs())),
+            health.last_progress.map_or_else(
+                || "none today".to_owned(),
+                |d| format!("{} s ago", d.as_secs())
+            ),
             health.arrivals,
             health.completions,
             format_span(options.window)

@@ -5,7 +5,7 @@ use std::time::Duration;
 use pgqueuer::Claimer;
 
 use super::insert_jobs;
-use crate::harness::{TestDb, scalar};
+use crate::harness::{TestDb, eventually, scalar};
 
 /// Worker A claims the last slot inside an open transaction; B sees nothing until A
 /// rolls back, and nothing after A commits.
@@ -69,8 +69,21 @@ fn a_higher_priority_arrival_cannot_overshoot_the_limit() {
             let pool = pool.clone();
             std::thread::spawn(move || b.claim(&mut pool.get().unwrap(), 1).unwrap())
         };
-        // B must be waiting on A's slot, not finished.
-        std::thread::sleep(Duration::from_millis(300));
+        // B must be waiting on A's slot, not finished: its backend waits on a lock.
+        eventually(Duration::from_secs(30), "B to wait on a lock", || {
+            assert!(
+                !b_thread.is_finished(),
+                "B should wait for A's uncommitted slot"
+            );
+            scalar::<i64>(
+                &mut setup,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
+                     AND wait_event_type = 'Lock'",
+                    db.name
+                ),
+            ) == 1
+        });
         assert!(
             !b_thread.is_finished(),
             "B should wait for A's uncommitted slot"

@@ -13,7 +13,7 @@ use super::process::{Proc, worker_args, worker_binary};
 use super::summary::{Row, report};
 use crate::harness::{TestDb, eventually, log_of, scalar};
 
-/// Handlers that block for 3.5 s, 3.5× the heartbeat timeout, keep their jobs: the
+/// Handlers that block for 12 s, 4× the heartbeat timeout, keep their jobs: the
 /// heartbeat thread refreshes them while the executors are stuck, so another worker
 /// process polling every 100 ms never gets them, and each runs once.
 #[test]
@@ -32,7 +32,7 @@ fn a_blocked_handler_keeps_its_job() {
         .enqueue_many(&[NewJob::new("long", "a"), NewJob::new("long", "b")])
         .unwrap();
     let running = worker.start().unwrap();
-    eventually(Duration::from_secs(5), "both long jobs to start", || {
+    eventually(Duration::from_secs(30), "both long jobs to start", || {
         runs.load(Ordering::SeqCst) == 2
     });
     let mut other = spawn_poller(&db);
@@ -53,7 +53,7 @@ fn a_blocked_handler_keeps_its_job() {
     let done = outcomes(&mut client, &ids);
     report(Row {
         test: "blocked handler",
-        faults: "2 handlers blocked 3.5 s (timeout 1 s)".into(),
+        faults: format!("2 handlers blocked {BLOCK:?} (timeout {TIMEOUT:?})"),
         enqueued: ids.len(),
         completed: successful(&done),
         lost: unfinished(&mut client, &ids).len(),
@@ -67,11 +67,17 @@ fn a_blocked_handler_keeps_its_job() {
     );
     assert_eq!(owners.len(), 1, "the jobs changed hands: {owners:?}");
     assert!(owners.contains(&owner));
+    // Two heartbeat timeouts of polling: without the heartbeat thread the jobs would
+    // have been older than the timeout for at least one of them, in reach of the poller.
     assert!(
-        polled.is_some_and(|d| d >= Duration::from_millis(1_500)),
+        polled.is_some_and(|d| d >= 2 * TIMEOUT),
         "the other worker was not polling long enough to prove anything: {polled:?}"
     );
-    assert!(max_age < 1.0, "a heartbeat got {max_age:.2} s old");
+    assert!(
+        max_age < TIMEOUT.as_secs_f64(),
+        "a heartbeat got {max_age:.2} s old"
+    );
+    // A beat every 1.5 s over 12 s: eight are due; four prove the refreshes went on.
     assert!(refreshes.iter().all(|n| *n >= 4), "{refreshes:?}");
     for id in &ids {
         assert_eq!(
@@ -84,17 +90,24 @@ fn a_blocked_handler_keeps_its_job() {
     assert!(status.success(), "{status} {}", other.stderr());
 }
 
-/// A worker of two threads and a 1 s heartbeat timeout whose `long` handler counts its
-/// runs and then blocks for 3.5 s without looking at anything.
+/// The heartbeat timeout of both workers: 3 s, so that a beat (due every 1.5 s) can be
+/// late by more than a second on a busy machine without the job looking abandoned.
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long each `long` handler blocks: four heartbeat timeouts.
+const BLOCK: Duration = Duration::from_secs(12);
+
+/// A worker of two threads and a [`TIMEOUT`] heartbeat timeout whose `long` handler
+/// counts its runs and then blocks for [`BLOCK`] without looking at anything.
 fn blocking_worker(pool: &Pool, runs: Arc<AtomicUsize>) -> Worker {
     Worker::builder(pool.clone())
         .threads(2)
-        .heartbeat_timeout(Duration::from_secs(1))
+        .heartbeat_timeout(TIMEOUT)
         .dequeue_timeout(Duration::from_millis(200))
         .entrypoint("long", move |_job, _ctx| {
             runs.fetch_add(1, Ordering::SeqCst);
             // Blocks without looking at anything: only the heartbeat thread speaks.
-            std::thread::sleep(Duration::from_millis(3_500));
+            std::thread::sleep(BLOCK);
             Ok(())
         })
         .build()
@@ -113,7 +126,7 @@ fn spawn_poller(db: &TestDb) -> Proc {
                 "--threads",
                 "2",
                 "--heartbeat-timeout",
-                "1",
+                &TIMEOUT.as_secs().to_string(),
                 "--dequeue-timeout",
                 "0.1",
                 "--record",
@@ -136,7 +149,8 @@ struct Watched {
     owners: HashSet<String>,
 }
 
-/// Samples the rows of `ids` every 100 ms until every job has ended (at most 15 s).
+/// Samples the rows of `ids` every 100 ms until every job has ended (at most 60 s: the
+/// handlers block for 12 s, the rest is room for a busy machine).
 fn watch_until_finished(client: &mut Client, ids: &[JobId], other: &Proc) -> Watched {
     let mut other_up = None;
     let mut beats: HashMap<JobId, Vec<String>> = HashMap::new();
@@ -145,7 +159,7 @@ fn watch_until_finished(client: &mut Client, ids: &[JobId], other: &Proc) -> Wat
     let started = Instant::now();
     while !unfinished(client, ids).is_empty() {
         assert!(
-            started.elapsed() < Duration::from_secs(15),
+            started.elapsed() < Duration::from_secs(60),
             "jobs never finished"
         );
         if other_up.is_none() && other.worker_id_now().is_some() {

@@ -12,7 +12,7 @@ use super::checks::{
 };
 use super::process::{Proc, assert_running, spawn_fleet, terminate_all, worker_args};
 use super::summary::{Ended, report_all_done};
-use crate::harness::{TestDb, scalar};
+use crate::harness::{TestDb, eventually, scalar};
 
 /// (entrypoint, limit, handler millis, jobs) of the run.
 const PLAN: [(&str, u32, u64, usize); 3] = [
@@ -20,6 +20,10 @@ const PLAN: [(&str, u32, u64, usize); 3] = [
     ("lim1", 1, 100, 15),
     ("free", 0, 20, 200),
 ];
+
+/// The heartbeat timeout of the workers, in seconds: a beat every 2 s, so that one late
+/// by a second on a busy machine does not let a live worker's job be re-picked.
+const HEARTBEAT_TIMEOUT_S: u64 = 4;
 
 /// How many kills to make (fewer if the queue empties first).
 const KILLS: usize = 6;
@@ -33,12 +37,13 @@ struct Kills {
     orphanings: usize,
     /// The orphaned jobs, sorted, each once.
     orphans: Vec<JobId>,
-    /// Each orphaning: the job and when its holder was killed.
+    /// Each orphaning: the job and its last heartbeat (the database's clock), read
+    /// once its holder's backends were gone.
     orphaned_at: Vec<(JobId, SystemTime)>,
 }
 
 /// Worker processes SIGKILLed while they hold jobs: the orphans are re-picked after the
-/// heartbeat timeout (2 s) and completed, no job is lost, and the recorded runs of a
+/// heartbeat timeout (4 s after their last heartbeat) and completed, no job is lost, and the recorded runs of a
 /// limited entrypoint never overlap beyond its limit.
 #[test]
 fn sigkilled_workers_lose_no_job_and_limits_hold() {
@@ -56,7 +61,7 @@ fn sigkilled_workers_lose_no_job_and_limits_hold() {
             "--batch",
             "3",
             "--heartbeat-timeout",
-            "2",
+            &HEARTBEAT_TIMEOUT_S.to_string(),
             "--dequeue-timeout",
             "0.5",
             "--record",
@@ -65,7 +70,7 @@ fn sigkilled_workers_lose_no_job_and_limits_hold() {
     let mut procs = spawn_fleet(3, &db.dsn(), &args);
     let started = Instant::now();
     let k = kill_the_busiest(&mut client, &mut procs, &db.dsn(), &args);
-    let lost = wait_all_done(&mut client, &ids, Duration::from_secs(60));
+    let lost = wait_all_done(&mut client, &ids, Duration::from_secs(120));
     let elapsed = started.elapsed();
     assert_running(&mut procs);
     let max = max_overlap(&mut client);
@@ -85,7 +90,7 @@ fn sigkilled_workers_lose_no_job_and_limits_hold() {
     let delays = repick_delays(&mut client, &k.orphaned_at);
     let fastest = delays.iter().copied().fold(f64::INFINITY, f64::min);
     let slowest = delays.iter().copied().fold(0.0, f64::max);
-    eprintln!("sigkill: orphans re-picked {fastest:.2}..{slowest:.2} s after their kill");
+    eprintln!("sigkill: orphans re-picked {fastest:.2}..{slowest:.2} s after their last heartbeat");
     eprintln!(
         "sigkill: {} kills ({} mid-job, {} jobs orphaned, {} distinct), \
          {} jobs in {elapsed:?}, outcomes {done:?}, {runs} recorded runs of {distinct} jobs \
@@ -120,8 +125,10 @@ fn sigkilled_workers_lose_no_job_and_limits_hold() {
         assert_eq!(last, "successful", "orphan {id}");
     }
     assert_eq!(distinct, count(ids.len()), "every job ran to completion");
+    // Both times are the database's: a re-pick takes a heartbeat older than the timeout.
+    let timeout = Duration::from_secs(HEARTBEAT_TIMEOUT_S).as_secs_f64();
     assert!(
-        delays.iter().all(|d| *d >= 0.5),
+        delays.iter().all(|d| *d >= timeout),
         "an orphan was re-picked before its heartbeat went stale: {delays:?}"
     );
     assert_limits(&max, &limits);
@@ -144,21 +151,42 @@ fn kill_the_busiest(client: &mut Client, procs: &mut [Proc], dsn: &str, args: &[
             continue;
         };
         let worker_id = procs[i].worker_id_now().unwrap();
+        let ports = client_ports(procs[i].pid());
+        assert!(
+            !ports.is_empty(),
+            "no connections of {} found",
+            procs[i].label
+        );
         procs[i].kill9();
-        let killed_at = SystemTime::now();
         kills += 1;
         // A statement the process sent just before dying still runs to its end on the
-        // server (a completion, say); what is still held after that is orphaned.
-        std::thread::sleep(Duration::from_millis(300));
-        let orphaned: Vec<JobId> = client
+        // server (a completion, say): what is still held once its backends are gone is
+        // orphaned, with the last heartbeat it will get.
+        eventually(
+            Duration::from_secs(30),
+            "the killed worker's backends to end",
+            || {
+                client
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY($1::int[])",
+                        &[&ports],
+                    )
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    == 0
+            },
+        );
+        let held: Vec<(JobId, SystemTime)> = client
             .query(
-                "SELECT id FROM pgqueuer WHERE status = 'picked' AND queue_manager_id = $1::text::uuid",
+                "SELECT id, heartbeat FROM pgqueuer WHERE status = 'picked' \
+                 AND queue_manager_id = $1::text::uuid",
                 &[&worker_id],
             )
             .unwrap()
             .iter()
-            .map(|r| r.get(0))
+            .map(|r| (r.get(0), r.get(1)))
             .collect();
+        let orphaned: Vec<JobId> = held.iter().map(|(id, _)| *id).collect();
         eprintln!(
             "kill {kills}: SIGKILL {} (pid {}) holding {:?}",
             procs[i].label,
@@ -168,7 +196,7 @@ fn kill_the_busiest(client: &mut Client, procs: &mut [Proc], dsn: &str, args: &[
         if !orphaned.is_empty() {
             mid_job += 1;
         }
-        orphaned_at.extend(orphaned.iter().map(|id| (*id, killed_at)));
+        orphaned_at.extend(held);
         orphans.extend(orphaned);
         procs[i] = Proc::spawn(&format!("w{spawned}"), dsn, args);
         spawned += 1;
@@ -224,9 +252,9 @@ fn repicks(client: &mut Client, orphans: &[JobId]) -> Vec<(JobId, i64, String)> 
         .collect()
 }
 
-/// How long after each kill its orphans were picked again, in seconds: the heartbeat
-/// timeout (2 s) after their last heartbeat, which was about 1 s (the beat interval) or
-/// less before the kill. NaN for an orphan never picked again.
+/// How long after its last heartbeat each orphan was picked again, in seconds (both on
+/// the database's clock): more than the heartbeat timeout. NaN for an orphan never
+/// picked again.
 fn repick_delays(client: &mut Client, orphaned_at: &[(JobId, SystemTime)]) -> Vec<f64> {
     orphaned_at
         .iter()
@@ -242,4 +270,34 @@ fn repick_delays(client: &mut Client, orphaned_at: &[(JobId, SystemTime)]) -> Ve
                 .unwrap_or(f64::NAN)
         })
         .collect()
+}
+
+/// The local ports of process `pid`'s TCP sockets (its connections to the server, which
+/// `pg_stat_activity.client_port` names), from /proc.
+fn client_ports(pid: u32) -> Vec<i32> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ports = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 9 && inodes.iter().any(|i| i == fields[9]) {
+                let port = fields[1].rsplit(':').next().unwrap_or("");
+                if let Ok(port) = i32::from_str_radix(port, 16) {
+                    ports.push(port);
+                }
+            }
+        }
+    }
+    ports
 }

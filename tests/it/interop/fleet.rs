@@ -98,26 +98,31 @@ fn start_python_workers(db: &TestDb, client: &mut Client) -> Vec<python::Running
                 &json!({
                     "entrypoint": "shared", "behaviour": "record_run", "name": name,
                     "concurrency_limit": LIMIT, "batch_size": 1, "gate": true,
-                    "sleep_s": 0.002, "timeout_s": 50,
+                    // 2,000 jobs take seconds when idle; a busy machine needs more.
+                    "sleep_s": 0.002, "timeout_s": 150,
                 }),
-                Duration::from_secs(55),
+                Duration::from_secs(160),
             )
         })
         .collect();
     // Both Python managers are set up and wait for jobs before any exist.
-    eventually(Duration::from_secs(30), "both Python workers ready", || {
-        if let Some(i) = python_workers
-            .iter_mut()
-            .position(python::Running::has_exited)
-        {
-            let out = python_workers.remove(i).finish();
-            panic!("a Python worker exited before the jobs were enqueued: {out:?}");
-        }
-        scalar::<i64>(
-            client,
-            "SELECT count(*) FROM interop_marks WHERE what LIKE 'ready:%'",
-        ) == 2
-    });
+    eventually(
+        Duration::from_secs(120),
+        "both Python workers ready",
+        || {
+            if let Some(i) = python_workers
+                .iter_mut()
+                .position(python::Running::has_exited)
+            {
+                let out = python_workers.remove(i).finish();
+                panic!("a Python worker exited before the jobs were enqueued: {out:?}");
+            }
+            scalar::<i64>(
+                client,
+                "SELECT count(*) FROM interop_marks WHERE what LIKE 'ready:%'",
+            ) == 2
+        },
+    );
     python_workers
 }
 

@@ -78,7 +78,14 @@ fn the_opt_in_pauses_claiming_while_a_larger_limit_is_evident() {
     eventually(Duration::from_secs(30), "the pause", || {
         paused.stats().limits[0].paused
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // A claim cycle after the pause (a paused worker still runs one, claiming nothing,
+    // every look at the slots): it had its chance to claim.
+    let cycles = paused.stats().claims;
+    eventually(
+        Duration::from_secs(60),
+        "a claim cycle while paused",
+        || paused.stats().claims > cycles,
+    );
     assert_eq!(queued(&queue), 3, "a paused worker claimed");
     paused.join().unwrap();
 

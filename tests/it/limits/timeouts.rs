@@ -102,8 +102,14 @@ fn a_handler_far_past_its_timeout_is_warned_about() {
             EntrypointOptions::new()
                 .timeout(Duration::from_millis(100))
                 .on_failure(OnFailure::Hold),
-            |_job, _ctx| {
-                std::thread::sleep(Duration::from_millis(600));
+            |job, _ctx| {
+                // Runs on until the warning is out (30 s at most: the test then fails on
+                // its absence), however late a busy machine makes it.
+                let needle = format!("job {} (stubborn) is still running", job.id);
+                let until = Instant::now() + Duration::from_secs(30);
+                while captured(&needle).is_empty() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 Ok(())
             },
         )

@@ -1,7 +1,7 @@
 //! Cancelling jobs: deleted, logged and announced.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgqueuer::events::Event;
 use pgqueuer::{NewJob, Queue};
@@ -94,8 +94,14 @@ fn cancelling_many_jobs_splits_events_under_the_notify_payload_limit() {
     let ids = queue.enqueue_many(&jobs).unwrap();
     let mut listener = Listener::new(&db);
     assert_eq!(queue.cancel(&ids).unwrap(), ids);
+    // Read until every id has been announced (10 s at most), not until a quiet spell.
+    let deadline = Instant::now() + Duration::from_secs(10);
     let mut seen = Vec::new();
-    for payload in listener.collect(Duration::from_millis(500)) {
+    while seen.len() < ids.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(payload) = listener.first(left, |e| matches!(e, Event::Cancellation(_))) else {
+            break;
+        };
         assert!(payload.len() < 8000);
         if let Event::Cancellation(c) = Event::parse(&payload).unwrap() {
             seen.extend(c.ids);

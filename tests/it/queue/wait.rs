@@ -1,13 +1,13 @@
 //! `wait_for`: woken by NOTIFY, polling without one, and timing out.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use pgqueuer::postgres::Client;
 use pgqueuer::{Error, Queue, Status};
 
 use super::job;
-use crate::harness::TestDb;
+use crate::harness::{TestDb, wait_listeners};
 
 /// Finishes a job the way a worker's completion statement does: the row deleted and the
 /// terminal log row written in one transaction.
@@ -32,23 +32,41 @@ fn wait_for_returns_promptly_when_another_thread_completes_the_job() {
     let db = TestDb::new();
     let queue = Queue::new(db.pool(2));
     let ids = queue.enqueue_many(&[job("w"), job("w")]).unwrap();
-    let mut worker = db.client();
-    let started = Instant::now();
-    let statuses = std::thread::scope(|scope| {
+    let (mut worker, mut watcher) = (db.client(), db.client());
+    let (statuses, listening) = std::thread::scope(|scope| {
         let finisher = scope.spawn(|| {
-            std::thread::sleep(Duration::from_millis(150));
+            // wait_for LISTENs (on a connection of its own) before its first look; when
+            // its LISTEN ended, on the database's clock.
+            let pid = wait_listeners(&mut watcher, &db.name, 1, &[], Duration::from_secs(30))[0];
+            let listening: SystemTime = watcher
+                .query_one(
+                    "SELECT state_change FROM pg_stat_activity WHERE pid = $1",
+                    &[&pid],
+                )
+                .unwrap()
+                .get(0);
             complete(&mut worker, ids[0], "successful");
             complete(&mut worker, ids[1], "exception");
+            listening
         });
         let statuses = queue.wait_for(&ids, Duration::from_secs(20)).unwrap();
-        finisher.join().unwrap();
-        statuses
+        (statuses, finisher.join().unwrap())
     });
-    let elapsed = started.elapsed();
+    let returned: SystemTime = watcher
+        .query_one("SELECT clock_timestamp()", &[])
+        .unwrap()
+        .get(0);
+    let elapsed = returned.duration_since(listening).unwrap();
     assert_eq!(statuses[&ids[0]], Status::Successful);
     assert_eq!(statuses[&ids[1]], Status::Exception);
-    // Polling looks once a second; an answer well before that came from the NOTIFY.
-    assert!(elapsed < Duration::from_millis(850), "took {elapsed:?}");
+    // The poll looks a second after the first look, which came after the LISTEN ended:
+    // an answer within a second of that (on the database's clock) came from the NOTIFY.
+    // No wider margin exists without a longer poll interval, which `wait_for` has no
+    // setting for.
+    assert!(
+        elapsed < Duration::from_secs(1),
+        "took {elapsed:?} after the LISTEN"
+    );
 }
 
 /// `wait_for` reports a job cancelled while it waits as `canceled`.

@@ -48,7 +48,7 @@ fn retries_log_each_attempt_with_growing_delays() {
             },
         )
     });
-    eventually(Duration::from_secs(10), "the flaky job to succeed", || {
+    eventually(Duration::from_secs(30), "the flaky job to succeed", || {
         log_of(&mut client, flaky).last().map(String::as_str) == Some("successful")
     });
     assert_eq!(
@@ -77,10 +77,9 @@ fn retries_log_each_attempt_with_growing_delays() {
         .collect();
     // The first `picked` follows the enqueue; the next two follow each retry.
     assert_eq!(gaps.len(), 3, "{gaps:?}");
-    assert!(
-        gaps[1] >= 0.19 && gaps[2] >= 0.39 && gaps[2] > gaps[1],
-        "delays {gaps:?}"
-    );
+    // Lower bounds only (a busy machine delays re-picks, never hastens them): the second
+    // is at least 400 ms, so the delay grew.
+    assert!(gaps[1] >= 0.19 && gaps[2] >= 0.39, "delays {gaps:?}");
     let tb: serde_json::Value = client
         .query_one(
             "SELECT traceback FROM pgqueuer_log WHERE job_id = $1 AND status = 'queued' AND traceback IS NOT NULL ORDER BY id LIMIT 1",

@@ -2,12 +2,12 @@
 //! again when a slot comes free (its own job ending, or another worker's), not on each
 //! insert.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgqueuer::{EntrypointOptions, NewJob, Queue, RunningWorker, Worker};
 
 use super::Gate;
-use crate::harness::{TestDb, eventually};
+use crate::harness::{TestDb, eventually, wait_listeners};
 
 /// A worker of four threads whose `gate` entrypoint (limit 2) waits at `gate`.
 fn gated(db: &TestDb, gate: &Gate) -> RunningWorker {
@@ -32,28 +32,40 @@ fn trickle(queue: &Queue, n: usize) {
     }
 }
 
-/// How many claims `worker` makes while 20 more jobs are enqueued one at a time.
-fn claims_during_inserts(worker: &RunningWorker, queue: &Queue) -> u64 {
+/// How many claims `worker` makes while 20 more jobs are enqueued one at a time, and how
+/// long the inserts took.
+fn claims_during_inserts(worker: &RunningWorker, queue: &Queue) -> (u64, Duration) {
     let before = worker.stats().claims;
+    let started = Instant::now();
     trickle(queue, 20);
-    worker.stats().claims - before
+    (worker.stats().claims - before, started.elapsed())
 }
 
 /// The worker holds both slots itself: twenty inserts cost it no claim; when a job ends
-/// its slot goes to a waiting job at once.
+/// its slot goes to a waiting job at once, in one claim.
 #[test]
 fn a_worker_holding_every_slot_does_not_claim_on_inserts() {
     let db = TestDb::new();
+    let mut client = db.client();
     let queue = Queue::new(db.pool(1));
     let gate = Gate::new();
     let worker = gated(&db, &gate);
+    // The inserts' NOTIFYs reach the worker.
+    wait_listeners(&mut client, &db.name, 1, &[], Duration::from_secs(30));
     trickle(&queue, 2);
+    // Each claim is counted before its job starts: no claim is still to come.
     gate.wait_started(2);
-    std::thread::sleep(Duration::from_millis(200));
-    let during = claims_during_inserts(&worker, &queue);
-    assert_eq!(during, 0, "claims while this worker held both slots");
+    let before = worker.stats().claims;
+    trickle(&queue, 20);
+    // The claim a freed slot is worth comes after the inserts: the worker had its chance
+    // to claim on them, and did not.
     gate.let_through(1);
     gate.wait_started(1);
+    let during = worker.stats().claims - before;
+    assert_eq!(
+        during, 1,
+        "claims while this worker held both slots, and the one the freed slot made"
+    );
     gate.let_through(21);
     gate.wait_started(19);
     assert_eq!(worker.join().unwrap().succeeded, 22);
@@ -72,11 +84,17 @@ fn a_worker_facing_slots_held_elsewhere_waits_for_one_to_free() {
     holder_gate.wait_started(2);
     let waiter = gated(&db, &waiter_gate);
     trickle(&queue, 1);
-    std::thread::sleep(Duration::from_millis(300));
-    let during = claims_during_inserts(&waiter, &queue);
+    eventually(Duration::from_secs(30), "the waiter's first claim", || {
+        waiter.stats().claims >= 1
+    });
+    let (during, took) = claims_during_inserts(&waiter, &queue);
+    // One safety look per 100 ms while the inserts went on (however long a busy machine
+    // made them take), and a few claims more for the waiter's first moments; a claim per
+    // insert would be 20 in well under 2 s.
+    let bound = u64::try_from(took.as_millis() / 100).unwrap() + 3;
     assert!(
-        during <= 8,
-        "{during} claims during 20 inserts while the limit was held elsewhere"
+        during <= bound,
+        "{during} claims during 20 inserts in {took:?} while the limit was held elsewhere"
     );
     assert_eq!(
         waiter.stats().running,
@@ -90,7 +108,7 @@ fn a_worker_facing_slots_held_elsewhere_waits_for_one_to_free() {
     waiter_gate.wait_started(2);
     waiter_gate.let_through(21);
     eventually(
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         "the waiter to run the rest",
         || waiter.stats().jobs.succeeded == 21,
     );

@@ -8,8 +8,8 @@ use pgqueuer::{NewJob, Queue, Worker};
 
 use crate::harness::{TestDb, eventually, log_of, scalar};
 
-/// `Queue::cancel` of a running job reaches its handler (`ctx.is_cancelled()`) within
-/// seconds, and the job is logged `canceled`.
+/// `Queue::cancel` of a running job reaches its handler (`ctx.is_cancelled()`) long
+/// before the handler would end by itself, and the job is logged `canceled`.
 #[test]
 fn cancellation_reaches_a_running_handler() {
     let db = TestDb::new();
@@ -24,7 +24,7 @@ fn cancellation_reaches_a_running_handler() {
             .threads(2)
             .entrypoint("slow", move |job, ctx| {
                 started_tx.send(job.id).unwrap();
-                let until = Instant::now() + Duration::from_secs(10);
+                let until = Instant::now() + Duration::from_secs(60);
                 while Instant::now() < until {
                     if ctx.is_cancelled() {
                         saw_cancel.store(true, Ordering::SeqCst);
@@ -40,11 +40,16 @@ fn cancellation_reaches_a_running_handler() {
             .unwrap()
     };
     let id = queue.enqueue(NewJob::new("slow", Vec::new())).unwrap();
-    assert_eq!(started_rx.recv_timeout(Duration::from_secs(5)).unwrap(), id);
+    assert_eq!(
+        started_rx.recv_timeout(Duration::from_secs(30)).unwrap(),
+        id
+    );
     let sent = Instant::now();
     assert_eq!(queue.cancel(&[id]).unwrap(), [id]);
+    // Milliseconds when idle (the NOTIFY); 30 s is room for a busy machine, and the
+    // handler would otherwise run for a minute.
     eventually(
-        Duration::from_secs(3),
+        Duration::from_secs(30),
         "the handler to see the cancellation",
         || saw_cancel.load(Ordering::SeqCst),
     );
@@ -71,14 +76,20 @@ fn shutdown_lets_running_jobs_finish_and_claims_nothing_more() {
         )
         .unwrap();
     let started = Arc::new(AtomicUsize::new(0));
+    let asked_to_stop = Arc::new(AtomicBool::new(false));
     let worker = {
-        let started = started.clone();
+        let (started, asked_to_stop) = (started.clone(), asked_to_stop.clone());
         Worker::builder(pool.clone())
             .threads(4)
             .batch_size(1)
             .entrypoint("sleep", move |_job, _ctx| {
                 started.fetch_add(1, Ordering::SeqCst);
-                std::thread::sleep(Duration::from_millis(800));
+                // Running until shutdown was asked (30 s at most), and a little after.
+                let until = Instant::now() + Duration::from_secs(30);
+                while !asked_to_stop.load(Ordering::SeqCst) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                std::thread::sleep(Duration::from_millis(100));
                 Ok(())
             })
             .build()
@@ -86,18 +97,21 @@ fn shutdown_lets_running_jobs_finish_and_claims_nothing_more() {
     };
     let stop = worker.shutdown_handle();
     let running = worker.start().unwrap();
-    eventually(Duration::from_secs(5), "four jobs to start", || {
+    eventually(Duration::from_secs(30), "four jobs to start", || {
         started.load(Ordering::SeqCst) == 4
     });
     let asked = Instant::now();
     stop.shutdown();
+    asked_to_stop.store(true, Ordering::SeqCst);
     let summary = running.wait().unwrap();
+    // The handlers' last 100 ms; 10 s is room for a busy machine.
     assert!(
-        asked.elapsed() < Duration::from_secs(3),
+        asked.elapsed() < Duration::from_secs(10),
         "shutdown took {:?}",
         asked.elapsed()
     );
-    assert_eq!(summary.succeeded, 4);
+    // The worker has stopped: a job it started after the signal would be counted.
+    assert_eq!((summary.succeeded, summary.released), (4, 0));
     assert_eq!(
         started.load(Ordering::SeqCst),
         4,
@@ -133,7 +147,7 @@ fn shutdown_lets_running_jobs_finish_and_claims_nothing_more() {
         .unwrap();
     let stop = worker.shutdown_handle();
     let running = worker.start().unwrap();
-    eventually(Duration::from_secs(5), "jobs to be picked", || {
+    eventually(Duration::from_secs(30), "jobs to be picked", || {
         scalar::<i64>(
             &mut client,
             "SELECT count(*) FROM pgqueuer WHERE status = 'picked'",
@@ -142,8 +156,10 @@ fn shutdown_lets_running_jobs_finish_and_claims_nothing_more() {
     let asked = Instant::now();
     stop.shutdown();
     running.wait().unwrap();
+    // The 200 ms deadline; 10 s is room for a busy machine and far below the handlers'
+    // own 30 s.
     assert!(
-        asked.elapsed() < Duration::from_secs(3),
+        asked.elapsed() < Duration::from_secs(10),
         "deadline shutdown took {:?}",
         asked.elapsed()
     );
