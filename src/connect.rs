@@ -605,6 +605,13 @@ pub struct ConnectOptions {
     /// pooler in session mode), where workers LISTEN; without one they poll. Ignored for
     /// [`Pooler::Direct`]. `PGQUEUER_LISTEN_DSN` sets it.
     pub listen_dsn: Option<String>,
+    /// Every transaction of the pool's connections is read-only: the server refuses any
+    /// write (`default_transaction_read_only`, set when each connection starts). For
+    /// readers that must never write, such as `pgq mcp`. Defaults to false.
+    pub read_only: bool,
+    /// The statement timeout of the pool's connections (`statement_timeout`, set when
+    /// each connection starts). Defaults to none (the server's own).
+    pub statement_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for ConnectOptions {
@@ -616,6 +623,8 @@ impl fmt::Debug for ConnectOptions {
             .field("application_name", &self.application_name)
             .field("pooler", &self.pooler)
             .field("listen_dsn", &self.listen_dsn.as_deref().map(redact_dsn))
+            .field("read_only", &self.read_only)
+            .field("statement_timeout", &self.statement_timeout)
             .finish()
     }
 }
@@ -668,6 +677,8 @@ impl Default for ConnectOptions {
             application_name: "pgqueuer-rs".into(),
             pooler: Pooler::Direct,
             listen_dsn: None,
+            read_only: false,
+            statement_timeout: None,
         }
     }
 }
@@ -722,7 +733,29 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
         ));
     }
     let env = |k: &str| std::env::var(k).ok();
-    let target = resolve_target(dsn, &env, &options.application_name)?;
+    let mut target = resolve_target(dsn, &env, &options.application_name)?;
+    // Session settings travel in the startup packet, so that no statement runs without
+    // them (a pooler in transaction mode may refuse `options`: use a direct DSN then).
+    let mut session = Vec::new();
+    if options.read_only {
+        session.push("-c default_transaction_read_only=on".to_owned());
+    }
+    if let Some(timeout) = options.statement_timeout {
+        session.push(format!(
+            "-c statement_timeout={}",
+            timeout.as_millis().clamp(1, i32::MAX as u128)
+        ));
+    }
+    if !session.is_empty() {
+        let config = target.config_mut();
+        let joined = match config.get_options() {
+            Some(existing) if !existing.trim().is_empty() => {
+                format!("{existing} {}", session.join(" "))
+            }
+            _ => session.join(" "),
+        };
+        config.options(&joined);
+    }
     let listen = match (&options.pooler, &options.listen_dsn) {
         (Pooler::Transaction, Some(listen)) => Some(
             resolve_target(listen, &env, &options.application_name).map_err(|e| match e {

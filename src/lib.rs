@@ -92,6 +92,8 @@ pub mod events;
 pub mod fuzzing;
 mod health;
 mod job;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod ops;
 mod queue;
 pub mod schedules;

@@ -34,6 +34,60 @@ pub(crate) fn check_duration(
     Ok(())
 }
 
+/// A positive ISO 8601 duration in PgQueuer's MCP grammar: `P[nD][T[nH][nM][nS]]`,
+/// whole numbers, case-insensitive (`PT1H`, `P7D`, `P1DT12H`).
+///
+/// # Errors
+/// What is wrong, in words, for an error that names the argument.
+pub(crate) fn parse_iso_period(text: &str) -> Result<Duration, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let bad = || format!("cannot read {text:?} as an ISO-8601 duration such as PT1H or P7D");
+    let rest = upper.strip_prefix('P').ok_or_else(bad)?;
+    let (date, time) = match rest.split_once('T') {
+        Some((date, time)) => {
+            if time.is_empty() {
+                return Err(bad());
+            }
+            (date, time)
+        }
+        None => (rest, ""),
+    };
+    let mut total: u64 = 0;
+    let mut add = |part: &str, units: &[(char, u64)]| -> Result<(), String> {
+        let mut number = String::new();
+        let mut next = 0;
+        for c in part.chars() {
+            if c.is_ascii_digit() {
+                number.push(c);
+                continue;
+            }
+            let at = units[next..]
+                .iter()
+                .position(|(u, _)| *u == c)
+                .ok_or_else(bad)?;
+            let (_, secs) = units[next + at];
+            let n: u64 = number.parse().map_err(|_| bad())?;
+            total = n
+                .checked_mul(secs)
+                .and_then(|s| total.checked_add(s))
+                .ok_or_else(|| format!("{text:?} is too long a duration"))?;
+            number.clear();
+            next += at + 1;
+        }
+        if number.is_empty() {
+            Ok(())
+        } else {
+            Err(bad())
+        }
+    };
+    add(date, &[('D', 86_400)])?;
+    add(time, &[('H', 3_600), ('M', 60), ('S', 1)])?;
+    if total == 0 {
+        return Err(format!("{text:?} is not a positive duration"));
+    }
+    Ok(Duration::from_secs(total))
+}
+
 /// The current time, truncated to the microsecond.
 pub(crate) fn now_micros() -> SystemTime {
     let now = SystemTime::now();
@@ -284,6 +338,29 @@ pub(crate) fn python_timedelta(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iso_periods_read_as_pgqueuer_reads_them() {
+        for (text, secs) in [
+            ("PT1H", 3_600),
+            ("p7d", 604_800),
+            ("P1DT12H", 129_600),
+            ("PT90S", 90),
+            ("PT1H30M", 5_400),
+        ] {
+            assert_eq!(
+                parse_iso_period(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        for text in [
+            "", "P", "PT", "1H", "PT1X", "PT0S", "P1H", "PT1M1H", "PT-1S", "PT1.5S",
+        ] {
+            assert!(parse_iso_period(text).is_err(), "{text}");
+        }
+        assert!(parse_iso_period("P99999999999999999D").is_err());
+    }
 
     fn at(text: &str) -> SystemTime {
         parse_time(text).unwrap()

@@ -173,6 +173,22 @@ impl Queue {
     }
 }
 
+impl Explanation {
+    /// The state in one word: `unknown`, `finished`, `held`, `deferred`, `running`,
+    /// `stale` or `waiting`.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Explanation::Unknown(_) => "unknown",
+            Explanation::Finished { .. } => "finished",
+            Explanation::Held { .. } => "held",
+            Explanation::Deferred { .. } => "deferred",
+            Explanation::Running { .. } => "running",
+            Explanation::Stale { .. } => "stale",
+            Explanation::Waiting { .. } => "waiting",
+        }
+    }
+}
+
 /// Whole seconds (or milliseconds under one), for messages.
 fn span(d: Duration) -> String {
     if d < Duration::from_secs(1) {

@@ -22,6 +22,8 @@ pub(crate) const SCHEMA_EXISTS: &str =
     "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)";
 
 pub(crate) mod claim;
+#[cfg(feature = "mcp")]
+pub(crate) mod insight;
 pub(crate) mod ops;
 
 const CATALOG: &str = include_str!("catalog.sql");

@@ -89,10 +89,11 @@ impl CountingProxy {
         }
     }
 
-    /// A DSN for database `dbname` through the proxy.
+    /// A DSN for database `dbname` through the proxy, in plaintext: the proxy counts
+    /// protocol messages, which TLS would hide from it.
     pub fn dsn(&self, dbname: &str) -> String {
         format!(
-            "postgres://{}@127.0.0.1:{}/{dbname}",
+            "postgres://{}@127.0.0.1:{}/{dbname}?sslmode=disable",
             server().user,
             self.port
         )

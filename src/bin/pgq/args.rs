@@ -37,6 +37,7 @@ Monitoring:
   limits       concurrency slots in use per entrypoint, and the limits they imply
   audit        from the log: the most jobs of each entrypoint picked at once
   health       OK, DEGRADED or STALLED, with the reasons (exit status 0, 1, 2)
+  mcp          an MCP server on stdio: read-only tools for an assistant
   prune-log    fold the log into the statistics, then delete old log rows
 
 Shell:
@@ -344,6 +345,15 @@ pub(crate) enum Command {
         /// One JSON object.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Serve PgQueuer's read-only MCP tools (and explain_job, limits, limit_audit and
+    /// health) on stdin and stdout, for an assistant. Every connection is read-only and
+    /// every statement has a timeout.
+    Mcp {
+        /// The statement timeout of every tool's reads.
+        #[arg(long, value_parser = parse_seconds, default_value = "5", value_name = "SECONDS")]
+        statement_timeout: Duration,
     },
 
     /// Fold every log row into the statistics (so the counts survive), then delete log

@@ -179,6 +179,7 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             json,
         } => jobs::explain(ctx, id, heartbeat_timeout, json),
         Command::Limits(json) => monitor::limits(ctx, json.json),
+        Command::Mcp { statement_timeout } => mcp(ctx, statement_timeout),
         Command::Health {
             stall_after,
             stale_after,
@@ -275,6 +276,25 @@ impl Context {
         }
         Queue::with_settings(pool, &self.settings)
     }
+}
+
+/// `pgq mcp`: a read-only pool of its own, and the MCP server on stdin and stdout until
+/// stdin ends. Diagnostics go to stderr only: stdout carries the protocol.
+fn mcp(ctx: &Context, statement_timeout: std::time::Duration) -> Outcome {
+    let options = pgqueuer::ConnectOptions {
+        max_size: 2,
+        min_idle: 0,
+        connection_timeout: std::time::Duration::from_secs(5),
+        application_name: "pgq mcp".into(),
+        read_only: true,
+        statement_timeout: Some(statement_timeout),
+        ..pgqueuer::ConnectOptions::from_env()?
+    };
+    let pool = pgqueuer::connect_with(&ctx.dsn, &options)?;
+    let server = pgqueuer::mcp::McpServer::new(pool, &ctx.settings)?;
+    let stdin = std::io::stdin();
+    server.serve(stdin.lock(), std::io::stdout().lock())?;
+    Ok(())
 }
 
 /// `pgq web`: a pool of its own (a connection per request thread, the LISTEN

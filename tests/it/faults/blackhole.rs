@@ -29,7 +29,7 @@ fn a_black_holed_network_is_noticed_and_survived() {
     client.batch_execute(RUNS_DDL).unwrap();
     let proxy = CountingProxy::start();
     let through = format!(
-        "{}?tcp_user_timeout={DEADLINE_S}&connect_timeout=2",
+        "{}&tcp_user_timeout={DEADLINE_S}&connect_timeout=2",
         proxy.dsn(&db.name)
     );
     let plan = [("lim", 2, 30, 0), ("free", 0, 5, 0)];
