@@ -130,7 +130,7 @@ pub use shutdown::ShutdownHandle;
 pub use worker::{
     BoxError, Context, EntrypointOptions, EntrypointStats, FencingToken, HandlerResult, JobError,
     LimitStats, OnFailure, Retry, RetryPolicy, RunSummary, RunningWorker, StatsHandle, TimingStats,
-    Worker, WorkerBuilder, WorkerStats,
+    Worker, WorkerBuilder, WorkerHealth, WorkerStats,
 };
 
 /// Re-exported so users need not match versions by hand.

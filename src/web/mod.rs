@@ -753,6 +753,9 @@ impl App {
             (_, ["workers"]) if read => self.workers(r),
             (_, ["schedules"]) if read => self.schedules(),
             (_, ["system"]) if read => self.system(),
+            (_, ["healthz"]) if read && r.param("deep").is_some_and(|d| d != "0") => {
+                Ok(self.deep_health())
+            }
             (_, ["healthz"]) if read => Ok(self.healthz()),
             (_, ["metrics"]) if read => self.metrics(),
             (_, ["static", "style.css"]) if read => Ok(Reply::text(
@@ -1086,6 +1089,42 @@ impl App {
                     503,
                     "text/plain; charset=utf-8",
                     format!("unavailable: {detail}\n"),
+                )
+            }
+        }
+    }
+
+    /// `/healthz?deep=1`: the queue's health verdict ([`crate::ops::health`]) as JSON;
+    /// 200 for OK and DEGRADED (the queue works), 503 for STALLED and when the database
+    /// cannot say, so a load balancer or an uptime check can act on the status alone.
+    fn deep_health(&self) -> Reply {
+        let s = &self.settings;
+        let options = crate::ops::HealthOptions::default();
+        match self.read(|tx| crate::ops::health(tx, s, &options)) {
+            Ok(health) => {
+                let status = if health.verdict == crate::ops::Verdict::Stalled {
+                    503
+                } else {
+                    200
+                };
+                Reply::text(
+                    status,
+                    "application/json",
+                    format!("{}\n", health.to_json()),
+                )
+            }
+            Err(p) => {
+                let detail = match p {
+                    Problem::Unavailable(d) | Problem::Internal(d) => d,
+                    other => format!("{other:?}"),
+                };
+                Reply::text(
+                    503,
+                    "application/json",
+                    format!(
+                        "{}\n",
+                        serde_json::json!({ "verdict": "UNKNOWN", "error": detail })
+                    ),
                 )
             }
         }

@@ -519,7 +519,10 @@ impl Writer<'_> {
         let mut backoff = Duration::from_millis(20);
         loop {
             let e = match self.conn.run(|c| op(claimer, c)) {
-                Ok(value) => return Attempt::Done(value),
+                Ok(value) => {
+                    self.stats.liveness.write_succeeded();
+                    return Attempt::Done(value);
+                }
                 Err(e) => e,
             };
             let text = e.to_string();

@@ -147,6 +147,7 @@ impl<'a> Dispatcher<'a> {
     pub(crate) fn lead(&self, mut lead: Lead<'a>) -> Option<Job> {
         let config = self.config;
         while !self.shutdown.is_shutdown() {
+            self.stats.liveness.claim_loop_ran();
             let backlog = || self.running.len() >= config.threads + BACKLOG_LIMIT;
             if backlog() {
                 // The completer is behind: claim no more until it has written what ran.

@@ -9,6 +9,7 @@ use postgres::Client;
 
 use super::builder::WorkerConfig;
 use super::state::{Doorbell, Running, Wake};
+use super::stats::Stats;
 use crate::connect::drop_elsewhere;
 use crate::error::chain;
 use crate::events::{Event, HealthCheck, Operation};
@@ -33,6 +34,8 @@ struct Listener<'a> {
     listen: &'a crate::connect::Target,
     doorbell: &'a Doorbell,
     running: &'a Running,
+    /// Where the listener says it is alive (and connected).
+    stats: &'a Stats,
     /// Which of a list of ids this worker still owns (`sql::claim::queue_owned`).
     owned_sql: String,
 }
@@ -42,6 +45,7 @@ pub(crate) fn run(
     config: &WorkerConfig,
     doorbell: &Doorbell,
     running: &Running,
+    stats: &Stats,
     alive: &Receiver<()>,
 ) {
     let Some(listen) = &config.listen else {
@@ -53,6 +57,7 @@ pub(crate) fn run(
         listen,
         doorbell,
         running,
+        stats,
         owned_sql: sql::claim::queue_owned(&config.settings),
     };
     let finished = || matches!(alive.try_recv(), Err(TryRecvError::Disconnected));
@@ -61,6 +66,7 @@ pub(crate) fn run(
         let mut client = match this.connect() {
             Ok(client) => client,
             Err(e) => {
+                stats.liveness.listener_ran(false);
                 log::warn!(
                     "pgqueuer listener cannot connect (retrying in {backoff:?}): {}",
                     chain(&e)
@@ -78,6 +84,7 @@ pub(crate) fn run(
             config.settings.channel
         );
         if let Err(e) = this.listen(&mut client, &finished) {
+            stats.liveness.listener_ran(false);
             log::warn!("pgqueuer listener lost its connection; reconnecting: {e}");
         }
         // Dropping a client waits for the server; on a dead peer that can take long.
@@ -183,6 +190,7 @@ impl Listener<'_> {
         let mut last_probe = Instant::now();
         let interval = health_interval(self.listen.config());
         while !finished() {
+            self.stats.liveness.listener_ran(true);
             {
                 let started = Instant::now();
                 let mut notifications = client.notifications();

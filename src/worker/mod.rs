@@ -34,7 +34,7 @@ pub use entrypoint::{
     RetryPolicy,
 };
 pub use limits::LimitStats;
-pub use stats::{EntrypointStats, RunSummary, StatsHandle, TimingStats, WorkerStats};
+pub use stats::{EntrypointStats, RunSummary, StatsHandle, TimingStats, WorkerHealth, WorkerStats};
 
 use crate::connect::Pool;
 use crate::error::{Error, Result};
@@ -213,6 +213,10 @@ impl Worker {
             config.registry.order
         );
         let started = Instant::now();
+        stats.liveness.started(
+            config.poll_interval.unwrap_or(config.dequeue_timeout),
+            config.listen.is_some(),
+        );
         let panicked = std::thread::scope(|scope| {
             let mut handles = Vec::new();
             if config.lanes > 1 {
@@ -245,7 +249,7 @@ impl Worker {
             drop(alive_tx);
             let (alive, running_ref, doorbell_ref) = (&alive_rx, &running, &doorbell);
             handles.push(spawn_named(scope, "pgqueuer-listen".into(), move || {
-                listener::run(config, doorbell_ref, running_ref, alive);
+                listener::run(config, doorbell_ref, running_ref, stats, alive);
             }));
             handles.push(spawn_named(scope, "pgqueuer-heartbeat".into(), move || {
                 heartbeat::run(config, running_ref, stats, alive);
@@ -269,6 +273,7 @@ impl Worker {
             enforce_deadline(config, shutdown, &running, &alive_rx);
             handles.into_iter().filter_map(|h| h.join().err()).count()
         });
+        stats.liveness.stopped();
         let summary = stats.summary();
         log::info!(
             "pgqueuer worker {} stopped after {:?}: {summary:?}",
@@ -340,6 +345,12 @@ impl RunningWorker {
     /// A handle that reads the worker's figures from any thread.
     pub fn stats_handle(&self) -> StatsHandle {
         self.stats.clone()
+    }
+
+    /// Whether the worker's own loops make progress (see [`WorkerHealth`]), for a
+    /// liveness probe of the process.
+    pub fn health(&self) -> WorkerHealth {
+        self.stats.health()
     }
 
     /// A handle to stop the worker.

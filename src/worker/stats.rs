@@ -11,8 +11,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::entrypoint::Registry;
 use super::limits::{LimitStats, LimitWatch};
@@ -235,6 +235,115 @@ pub(crate) struct Stats {
     write_failures: Count,
     /// The last such failure, for [`WorkerStats::last_write_failure`].
     last_write_failure: std::sync::Mutex<Option<String>>,
+    /// What [`StatsHandle::health`] reads: when each loop last made progress.
+    pub(crate) liveness: Liveness,
+}
+
+/// When each of the worker's loops last made progress, in microseconds since the worker
+/// was built (0: never), for [`StatsHandle::health`]: the claim loop, the completer (and
+/// since when its writes fail, 0 while they succeed), the listener (and whether it is
+/// connected). Each loop writes its own; the health check reads them.
+pub(crate) struct Liveness {
+    origin: Instant,
+    claim_loop: AtomicU64,
+    writes_failing_since: AtomicU64,
+    listener: AtomicU64,
+    listening: AtomicBool,
+    /// Whether the worker LISTENs at all (it polls through a transaction pooler).
+    listens: AtomicBool,
+    running: AtomicBool,
+    /// The claim loop's longest honest wait (its `dequeue_timeout`), in microseconds.
+    claim_wait: AtomicU64,
+}
+
+impl Liveness {
+    fn new() -> Liveness {
+        Liveness {
+            origin: Instant::now(),
+            claim_loop: AtomicU64::new(0),
+            writes_failing_since: AtomicU64::new(0),
+            listener: AtomicU64::new(0),
+            listening: AtomicBool::new(false),
+            listens: AtomicBool::new(true),
+            running: AtomicBool::new(false),
+            claim_wait: AtomicU64::new(30_000_000),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn age(&self, at: &AtomicU64) -> Option<Duration> {
+        match at.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(Duration::from_micros(self.now().saturating_sub(t))),
+        }
+    }
+
+    /// The worker started running (`run`), waiting up to `claim_wait` between claims,
+    /// listening or not.
+    pub(crate) fn started(&self, claim_wait: Duration, listens: bool) {
+        self.claim_wait.store(
+            u64::try_from(claim_wait.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        self.listens.store(listens, Ordering::Relaxed);
+        self.claim_loop.store(self.now(), Ordering::Relaxed);
+        self.running.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stopped(&self) {
+        self.running.store(false, Ordering::Relaxed);
+    }
+
+    /// The claim loop went round (a claim, or a wait that ended).
+    pub(crate) fn claim_loop_ran(&self) {
+        self.claim_loop.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// A write of outcomes succeeded.
+    pub(crate) fn write_succeeded(&self) {
+        self.writes_failing_since.store(0, Ordering::Relaxed);
+    }
+
+    /// A write of outcomes failed (the first failure since a success is kept).
+    pub(crate) fn write_failed(&self) {
+        let now = self.now();
+        let _ = self.writes_failing_since.compare_exchange(
+            0,
+            now,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The listener went round its loop, connected or not.
+    pub(crate) fn listener_ran(&self, connected: bool) {
+        self.listener.store(self.now(), Ordering::Relaxed);
+        self.listening.store(connected, Ordering::Relaxed);
+    }
+}
+
+/// How long the completer's writes may fail before the worker calls itself unhealthy.
+pub(crate) const UNWRITTEN_DEADLINE: Duration = Duration::from_secs(5);
+/// How long the listener may go without a turn of its loop, or disconnected.
+pub(crate) const LISTENER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Whether a worker's own loops make progress ([`StatsHandle::health`]): the claim loop
+/// went round within twice its `dequeue_timeout` (or every thread is busy), the
+/// completer's writes have not failed for 5 s on end, and the listener is connected and
+/// went round within 30 s. What a process serves from its
+/// liveness probe; the database's view of the whole fleet is [`crate::ops::health`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerHealth {
+    /// True when every loop makes progress (and the worker runs).
+    pub healthy: bool,
+    /// What is wrong, in words; empty when healthy.
+    pub problems: Vec<String>,
 }
 
 impl Stats {
@@ -268,6 +377,7 @@ impl Stats {
             released: Count::new(names::JOBS_RELEASED, &[]),
             write_failures: Count::new(names::WRITE_FAILURES, &[]),
             last_write_failure: std::sync::Mutex::new(None),
+            liveness: Liveness::new(),
         }
     }
 
@@ -279,6 +389,7 @@ impl Stats {
     /// A statement writing outcomes failed with `error`.
     pub(crate) fn write_failed(&self, error: &str) {
         self.write_failures.add(1);
+        self.liveness.write_failed();
         *super::state::lock(&self.last_write_failure) = Some(error.to_owned());
     }
 
@@ -549,6 +660,55 @@ impl StatsHandle {
                 })
                 .collect(),
             limits: s.limits.stats(),
+        }
+    }
+}
+
+impl StatsHandle {
+    /// Whether the worker's own loops make progress (see [`WorkerHealth`]): for a
+    /// process's liveness probe.
+    pub fn health(&self) -> WorkerHealth {
+        let s = &self.0;
+        let l = &s.liveness;
+        let mut problems = Vec::new();
+        if !l.running.load(Ordering::Relaxed) {
+            problems.push("the worker is not running".to_owned());
+        } else {
+            let wait = Duration::from_micros(l.claim_wait.load(Ordering::Relaxed));
+            let busy = s.idle_threads.get() == 0 && s.running.get() > 0;
+            if let Some(age) = l.age(&l.claim_loop)
+                && age > (wait * 2).max(Duration::from_secs(10))
+                && !busy
+            {
+                problems.push(format!(
+                    "the claim loop has not run for {age:?}, with threads idle"
+                ));
+            }
+            if let Some(age) = l.age(&l.writes_failing_since)
+                && age > UNWRITTEN_DEADLINE
+            {
+                problems.push(format!(
+                    "outcomes have not been written for {age:?}: {}",
+                    super::state::lock(&s.last_write_failure)
+                        .clone()
+                        .unwrap_or_default()
+                ));
+            }
+            if l.listens.load(Ordering::Relaxed) {
+                match l.age(&l.listener) {
+                    Some(age) if age > LISTENER_DEADLINE => {
+                        problems.push(format!("the listener has not run for {age:?}"))
+                    }
+                    Some(_) if !l.listening.load(Ordering::Relaxed) => {
+                        problems.push("the listener is not connected".to_owned());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        WorkerHealth {
+            healthy: problems.is_empty(),
+            problems,
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::harness::{TestDb, server};
 /// The packages the interop tests need, pinned to versions known to work together.
 pub const PINS: &str = "pgqueuer==1.6.0 asyncpg==0.32.0 pydantic==2.14.4 pydantic-settings==2.16.3 typer==0.29.2 \
      opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
-     prometheus-client==0.21.1";
+     prometheus-client==0.21.1 mcp==1.30.0";
 
 /// How long a Python child may run unless a test says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
