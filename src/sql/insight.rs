@@ -10,14 +10,15 @@ fn micros(param: &str) -> String {
     format!("({param}::bigint * interval '1 microsecond')")
 }
 
-/// Rows per entrypoint, priority and status (PgQueuer's `queue_size`).
+/// Rows per entrypoint, priority and status (PgQueuer's `queue_size`). Statuses sort in
+/// the enum's order, as PgQueuer's do.
 pub(crate) fn queue_size(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     format!(
-        "SELECT count(*) AS count, entrypoint, priority, status::text AS status
-  FROM {queue}
- GROUP BY entrypoint, priority, status
- ORDER BY count, entrypoint, priority, status"
+        "SELECT count(*) AS count, q.entrypoint, q.priority, q.status::text AS status
+  FROM {queue} q
+ GROUP BY q.entrypoint, q.priority, q.status
+ ORDER BY count, q.entrypoint, q.priority, q.status"
     )
 }
 
@@ -57,10 +58,10 @@ pub(crate) fn stats_buckets(s: &Settings) -> String {
       FULL JOIN pending p ON p.entrypoint = st.entrypoint AND p.priority = st.priority
                          AND p.status = st.status AND p.created = st.created
 )
-SELECT count::bigint AS count, created, entrypoint, priority, status::text AS status
-  FROM merged
- WHERE $1::bigint IS NULL OR created > now() - {period}
- ORDER BY created DESC, entrypoint, priority, status
+SELECT m.count::bigint AS count, m.created, m.entrypoint, m.priority, m.status::text AS status
+  FROM merged m
+ WHERE $1::bigint IS NULL OR m.created > now() - {period}
+ ORDER BY m.created DESC, m.entrypoint, m.priority, m.status
  LIMIT $2::bigint",
         period = micros("$1")
     )
@@ -80,10 +81,10 @@ pub(crate) fn throughput(s: &Settings) -> String {
     SELECT entrypoint, status, 1 FROM {log}
      WHERE NOT aggregated AND ($1::bigint IS NULL OR date_trunc('sec', created) > now() - {period})
 )
-SELECT entrypoint, status::text AS status, sum(count)::text AS total_count
-  FROM counts
- GROUP BY entrypoint, status
- ORDER BY entrypoint, status",
+SELECT c.entrypoint, c.status::text AS status, sum(c.count)::text AS total_count
+  FROM counts c
+ GROUP BY c.entrypoint, c.status
+ ORDER BY c.entrypoint, c.status",
         period = micros("$1")
     )
 }

@@ -17,6 +17,7 @@ mod dashboard;
 mod failures;
 mod fleet;
 mod jobs;
+mod mcp;
 mod recovery;
 mod schema;
 
