@@ -9,6 +9,7 @@ mod cli;
 mod connect;
 mod faults;
 mod harness;
+mod health;
 mod limits;
 mod ops;
 mod pgbouncer;

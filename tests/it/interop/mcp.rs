@@ -259,8 +259,9 @@ fn every_tool_answers_as_pgqueuer_1_6_0_does() {
     assert!(compared > 40, "only {compared} rows compared");
 }
 
-/// A whole session of every tool (and the prompt) leaves the tables' write counters
-/// unchanged and the log's rows unfolded, and works for a role granted SELECT only.
+/// A whole session of every tool (ours with their defaults and with arguments) and the
+/// prompt leaves the tables' write counters unchanged and the log's rows unfolded, and
+/// works for a role granted SELECT only; each answer says what it should.
 #[test]
 fn a_whole_session_writes_nothing_and_needs_only_select() {
     let db = TestDb::new();
@@ -294,11 +295,17 @@ fn a_whole_session_writes_nothing_and_needs_only_select() {
         .unwrap();
     let before: i64 = scalar(&mut client, writes);
     let mut calls: Vec<Value> = PGQUEUER_TOOLS.iter().map(|t| json!([t, {}])).collect();
+    // Ours, once with their defaults and once with arguments.
     calls.extend([
         json!(["explain_job", {"job_id": job}]),
+        json!(["explain_job", {"job_id": job, "heartbeat_timeout": "PT1M"}]),
+        json!(["limits", {}]),
         json!(["limits", {"declared": {"mcp_work": 2}}]),
-        json!(["limit_audit", {"period": "PT1H"}]),
+        json!(["limit_audit", {}]),
+        json!(["limit_audit", {"period": "PT2H", "entrypoint": "mcp_work"}]),
         json!(["health", {}]),
+        json!(["health", {"stall_after": "PT2M", "stale_after": "PT1M", "window": "PT10M",
+                          "declared": {"mcp_work": 2}}]),
     ]);
     let reader = format!(
         "{}?user=pgq_mcp_reader",
@@ -314,9 +321,33 @@ fn a_whole_session_writes_nothing_and_needs_only_select() {
             "env": {"PGQUEUER_DSN": reader},
         }),
     );
-    for call in answer["ours"]["calls"].as_array().unwrap() {
+    let calls = answer["ours"]["calls"].as_array().unwrap();
+    for call in calls {
         assert_eq!(call["is_error"], false, "{call}");
     }
+    let by_name = |name: &'static str| calls.iter().filter(move |c| c["name"] == name);
+    for explained in by_name("explain_job") {
+        assert_eq!(explained["structured"]["job_id"], job, "{explained}");
+        assert!(explained["structured"]["state"].is_string(), "{explained}");
+    }
+    let limits: Vec<_> = by_name("limits").collect();
+    assert!(
+        limits[1]["structured"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["entrypoint"] == "mcp_work" && r["declared_limit"] == 2)
+    );
+    for health in by_name("health") {
+        assert!(
+            ["OK", "DEGRADED", "STALLED"]
+                .contains(&health["structured"]["verdict"].as_str().unwrap()),
+            "{health}"
+        );
+    }
+    // The populated queue holds a failure and a stale job: DEGRADED, saying so.
+    let verdict = &by_name("health").next().unwrap()["structured"];
+    assert_eq!(verdict["verdict"], "DEGRADED", "{verdict}");
     assert!(answer["ours"]["prompt_text"].as_str().unwrap().len() > 200);
     // The server has exited: its backends' counters are flushed.
     let mut after = before;
