@@ -697,7 +697,7 @@ impl StatsHandle {
             if l.listens.load(Ordering::Relaxed) {
                 match l.age(&l.listener) {
                     Some(age) if age > LISTENER_DEADLINE => {
-                        problems.push(format!("the listener has not run for {age:?}"))
+                        problems.push(format!("the listener has not run for {age:?}"));
                     }
                     Some(_) if !l.listening.load(Ordering::Relaxed) => {
                         problems.push("the listener is not connected".to_owned());
