@@ -39,6 +39,7 @@ pub(crate) fn check_duration(
 ///
 /// # Errors
 /// What is wrong, in words, for an error that names the argument.
+#[cfg(any(test, feature = "mcp"))]
 pub(crate) fn parse_iso_period(text: &str) -> Result<Duration, String> {
     let upper = text.trim().to_ascii_uppercase();
     let bad = || format!("cannot read {text:?} as an ISO-8601 duration such as PT1H or P7D");
