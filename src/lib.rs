@@ -92,6 +92,7 @@ pub mod events;
 pub mod fuzzing;
 mod health;
 mod job;
+mod lock;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod ops;

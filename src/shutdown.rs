@@ -61,6 +61,11 @@ impl ShutdownHandle {
         self.state.requested.load(Ordering::SeqCst)
     }
 
+    /// Sleeps for `d`, or less if shutdown comes first.
+    pub(crate) fn sleep(&self, d: std::time::Duration) {
+        let _ = self.state.receiver.recv_timeout(d);
+    }
+
     /// A receiver that is disconnected once shutdown is requested (for `select!`).
     pub(crate) fn receiver(&self) -> &Receiver<()> {
         &self.state.receiver

@@ -352,7 +352,7 @@ impl WorkerBuilder {
         let (listen, poll_interval) = match conn.listen_target() {
             Some(listen) => (Some(listen), None),
             None => {
-                super::state::warn_always(format_args!(
+                super::warning::warn_always(format_args!(
                     "pgqueuer worker: the pool goes through a transaction pooler, where \
                      LISTEN cannot work, and no listen_dsn is set (ConnectOptions::listen_dsn, \
                      PGQUEUER_LISTEN_DSN): polling every {:?} instead",
@@ -420,7 +420,7 @@ pub(crate) struct WorkerConfig {
     /// Claim lanes (1 or 2): claims in flight at once.
     pub(crate) lanes: usize,
     /// Jobs a claim may take beyond idle threads while handlers are short (see
-    /// `state::Idle`): one batch without limits, none with them.
+    /// `room::Idle`): one batch without limits, none with them.
     pub(crate) claim_ahead: usize,
     /// Some entrypoint's concurrency limit is no larger than the thread count, so its
     /// slots, not the threads, bound how fast its jobs run: outcomes are written sooner,

@@ -31,13 +31,16 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::builder::WorkerConfig;
-use super::state::{ConnSlot, Doorbell, Running, Wake, lock};
+use super::conn_slot::ConnSlot;
+use super::doorbell::{Doorbell, Wake};
+use super::held::Running;
 use super::stats::Stats;
 use crate::claim::{Claimer, Outcome};
 use crate::connect::PooledConn;
 use crate::error::Error;
 use crate::events::{Event, Operation, TableChanged};
 use crate::job::{JobId, Status, storable_text};
+use crate::lock::lock;
 use crate::shutdown::ShutdownHandle;
 use crate::sqlstate;
 use crate::time::{TimeStyle, format_time};

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, select};
 
-use super::state::Stop;
+use super::held::Stop;
 use crate::job::JobId;
 
 /// A handler still running at this many times its timeout is logged at `warn`.
@@ -107,7 +107,7 @@ fn fire(due: &Due, heap: &mut BinaryHeap<Reverse<Due>>) {
         return;
     }
     if due.overrun {
-        super::state::warn_always(format_args!(
+        super::warning::warn_always(format_args!(
             "job {} ({}) is still running {:?} after it started, {OVERRUN_WARNING} times its \
              timeout of {:?}: a handler cannot be stopped from outside, so its thread (and \
              its concurrency slot, if any) stay held until it returns; check \

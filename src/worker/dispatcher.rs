@@ -23,10 +23,13 @@ use crossbeam_channel::{Receiver, Sender, select};
 
 use super::builder::WorkerConfig;
 use super::completer::Outcomes;
+use super::conn_slot::ConnSlot;
+use super::doorbell::{Doorbell, Wake};
+use super::handoff::Handoff;
+use super::held::Running;
+use super::jitter::Jitter;
 use super::limits::LimitWatch;
-use super::state::{
-    ConnSlot, Doorbell, Handoff, Idle, Jitter, Running, Wake, sleep_unless_shutdown,
-};
+use super::room::Idle;
 use super::stats::{Lost, Stats};
 use crate::claim::{Claim, LostRace, NextWake};
 use crate::job::Job;
@@ -126,13 +129,13 @@ impl<'a> Dispatcher<'a> {
             slot_limits: self.slot_limits(),
             _dispatching: dispatching,
         };
-        *super::state::lock(&self.lead_slot) = Some(lead);
+        *crate::lock::lock(&self.lead_slot) = Some(lead);
     }
 
     /// The lead, if no thread holds it. A thread looking for work takes it before any
     /// job: a thread that took the lead runs no job until it gives the lead away.
     pub(crate) fn take_lead(&self) -> Option<Lead<'a>> {
-        let lead = super::state::lock(&self.lead_slot).take()?;
+        let lead = crate::lock::lock(&self.lead_slot).take()?;
         if self.handoff.len() > 0 {
             // The wake that brought this thread was meant for a job, perhaps.
             self.handoff.wake_one();
@@ -205,14 +208,14 @@ impl<'a> Dispatcher<'a> {
                 Ok(claim) => claim,
                 Err(e) if e.is_pooler_mismatch() => {
                     log::error!("pgqueuer claim failed; stopping the worker: {e}");
-                    *super::state::lock(&self.fatal) = Some(e);
+                    *crate::lock::lock(&self.fatal) = Some(e);
                     self.shutdown.shutdown();
                     break;
                 }
                 Err(e) => {
                     let backoff = lead.backoff;
                     log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
-                    sleep_unless_shutdown(self.shutdown, backoff);
+                    self.shutdown.sleep(backoff);
                     lead.backoff = (backoff * 2).min(Duration::from_secs(5));
                     continue;
                 }
@@ -240,7 +243,7 @@ impl<'a> Dispatcher<'a> {
                 // wake-ups overlap the next claim, and passing the lead would put one
                 // more wake-up in front of its other jobs.
                 if n == 1 && self.idle.only(n) && self.handoff.start_own() {
-                    *super::state::lock(&self.lead_slot) = Some(lead);
+                    *crate::lock::lock(&self.lead_slot) = Some(lead);
                     self.handoff.wake_one();
                     self.wake_second_lane();
                     return jobs.pop();
@@ -379,7 +382,7 @@ impl<'a> Dispatcher<'a> {
                     Err(e) => {
                         log::warn!("pgqueuer claim failed on the second connection: {e}");
                         self.second.batch_bound.store(false, Ordering::SeqCst);
-                        sleep_unless_shutdown(self.shutdown, Duration::from_millis(50));
+                        self.shutdown.sleep(Duration::from_millis(50));
                     }
                 }
             }

@@ -8,8 +8,11 @@ use std::time::{Duration, Instant, SystemTime};
 use super::builder::WorkerConfig;
 use super::completer::{Outcomes, Requeue};
 use super::deadlines::{Armed, Deadlines};
+use super::doorbell::{Doorbell, Wake};
 use super::entrypoint::{Context, Entrypoint, JobError, OnFailure};
-use super::state::{Doorbell, Idle, Jitter, Running, Wake};
+use super::held::Running;
+use super::jitter::Jitter;
+use super::room::Idle;
 use super::stats::Stats;
 use crate::claim::Outcome;
 use crate::error::chain;
@@ -249,7 +252,7 @@ impl Executor<'_> {
                 },
             };
         }
-        super::state::warn_always(format_args!(
+        super::warning::warn_always(format_args!(
             "job {} ({}) failed: {}: {}",
             job.id, job.entrypoint, failure.type_name, failure.traceback
         ));

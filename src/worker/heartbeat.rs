@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::builder::WorkerConfig;
+use super::conn_slot::ConnSlot;
+use super::held::Running;
 use super::limits;
-use super::state::{ConnSlot, Running};
 use super::stats::Stats;
 
 /// How long a beat retries rows another session holds locked before it leaves them for

@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::entrypoint::Registry;
-use super::state::lock;
 use crate::claim::Claimer;
 use crate::connect::Conn;
 use crate::error::Result;
+use crate::lock::lock;
 
 /// How often the heartbeat thread looks at the slots in use.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(10);

@@ -8,7 +8,8 @@ use fallible_iterator::FallibleIterator;
 use postgres::Client;
 
 use super::builder::WorkerConfig;
-use super::state::{Doorbell, Running, Wake};
+use super::doorbell::{Doorbell, Wake};
+use super::held::Running;
 use super::stats::Stats;
 use crate::connect::drop_elsewhere;
 use crate::error::chain;

@@ -11,16 +11,22 @@
 
 mod builder;
 mod completer;
+mod conn_slot;
 mod deadlines;
 mod dispatcher;
+mod doorbell;
 mod entrypoint;
 mod executor;
+mod handoff;
 mod heartbeat;
+mod held;
+mod jitter;
 mod limits;
 mod listener;
+mod room;
 mod runner;
-mod state;
 mod stats;
+mod warning;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,9 +49,12 @@ use builder::WorkerConfig;
 use completer::{Completer, Outcomes};
 use deadlines::Deadlines;
 use dispatcher::{Dispatcher, SecondLane};
+use doorbell::Doorbell;
 use executor::Executor;
+use handoff::Handoff;
+use held::Running;
+use room::Idle;
 use runner::Runner;
-use state::{Doorbell, Handoff, Idle, Running};
 use stats::Stats;
 
 /// A worker: build it with [`Worker::builder`], then [`Worker::run`] it (blocking) or
@@ -200,7 +209,7 @@ impl Worker {
         // Each executor holds a sender: the helper threads learn from the disconnection
         // that no job can start or finish any more.
         let (alive_tx, alive_rx) = crossbeam_channel::bounded::<()>(0);
-        if state::no_logger() {
+        if warning::no_logger() {
             eprintln!(
                 "pgqueuer: no logger is installed, so the worker prints job failures here and \
                  nothing else; install one (for example `env_logger::init()`) to see its log"
@@ -280,7 +289,7 @@ impl Worker {
             config.claimer.worker_id(),
             started.elapsed()
         );
-        if let Some(e) = state::lock(&dispatcher.fatal).take() {
+        if let Some(e) = crate::lock::lock(&dispatcher.fatal).take() {
             return Err(e);
         }
         if panicked > 0 {
@@ -291,7 +300,7 @@ impl Worker {
 }
 
 /// Waits for shutdown, then, past the deadline, tells every running handler to stop
-/// ([`state::Stop::shut_down`]; not a cancellation: the outcome stays the handler's).
+/// ([`held::Stop::shut_down`]; not a cancellation: the outcome stays the handler's).
 fn enforce_deadline(
     config: &WorkerConfig,
     shutdown: &ShutdownHandle,

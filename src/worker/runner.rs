@@ -14,7 +14,8 @@ use crossbeam_channel::Receiver;
 
 use super::dispatcher::Dispatcher;
 use super::executor::Executor;
-use super::state::{Handoff, Jitter};
+use super::handoff::Handoff;
+use super::jitter::Jitter;
 
 /// What one thread of the worker uses.
 pub(crate) struct Runner<'a> {

@@ -390,7 +390,7 @@ impl Stats {
     pub(crate) fn write_failed(&self, error: &str) {
         self.write_failures.add(1);
         self.liveness.write_failed();
-        *super::state::lock(&self.last_write_failure) = Some(error.to_owned());
+        *crate::lock::lock(&self.last_write_failure) = Some(error.to_owned());
     }
 
     fn of(&self, entrypoint: &str) -> Option<&PerEntrypoint> {
@@ -643,7 +643,7 @@ impl StatsHandle {
             running: s.running.get(),
             idle_threads: s.idle_threads.get(),
             outcome_write_failures: s.write_failures.get(),
-            last_write_failure: super::state::lock(&s.last_write_failure).clone(),
+            last_write_failure: crate::lock::lock(&s.last_write_failure).clone(),
             entrypoints: s
                 .entrypoints
                 .iter()
@@ -689,7 +689,7 @@ impl StatsHandle {
             {
                 problems.push(format!(
                     "outcomes have not been written for {age:?}: {}",
-                    super::state::lock(&s.last_write_failure)
+                    crate::lock::lock(&s.last_write_failure)
                         .clone()
                         .unwrap_or_default()
                 ));

@@ -1,0 +1,185 @@
+//! The jobs a worker holds (claimed and not yet written), each with its [`Stop`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::job::{Job, JobId};
+use crate::lock::lock;
+
+/// Why a held job's handler should stop, as it sees it through its `Context`.
+///
+/// The reasons are kept apart because they end a job differently: only a cancellation
+/// (the job's row deleted by `cancel`, confirmed against the database) records
+/// `canceled`; a timeout records a `TimeoutError`; after the shutdown deadline a
+/// handler that returns gets the outcome it returned.
+#[derive(Debug, Default)]
+pub(crate) struct Stop(AtomicU8);
+
+impl Stop {
+    const CANCELLED: u8 = 1;
+    const TIMED_OUT: u8 = 2;
+    const ENDED: u8 = 4;
+    const SHUTDOWN: u8 = 8;
+
+    /// The job was cancelled: its row is gone (a `cancellation_event` named it and the
+    /// database confirmed it, or a heartbeat found the row no longer ours).
+    pub(crate) fn cancel(&self) {
+        self.0.fetch_or(Self::CANCELLED, Ordering::SeqCst);
+    }
+
+    /// The worker's shutdown deadline passed while the handler ran.
+    pub(crate) fn shut_down(&self) {
+        self.0.fetch_or(Self::SHUTDOWN, Ordering::SeqCst);
+    }
+
+    /// The job's timeout passed; false (and nothing set) once its handler has returned.
+    pub(crate) fn time_out(&self) -> bool {
+        let before = self.0.fetch_or(Self::TIMED_OUT, Ordering::SeqCst);
+        before & Self::ENDED == 0
+    }
+
+    /// The handler returned.
+    pub(crate) fn end(&self) {
+        self.0.fetch_or(Self::ENDED, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::CANCELLED != 0
+    }
+
+    pub(crate) fn is_timed_out(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::TIMED_OUT != 0
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::SHUTDOWN != 0
+    }
+
+    /// Cancelled, timed out or shut down: the handler should return.
+    pub(crate) fn should_stop(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & (Self::CANCELLED | Self::TIMED_OUT | Self::SHUTDOWN) != 0
+    }
+
+    pub(crate) fn has_ended(&self) -> bool {
+        self.0.load(Ordering::SeqCst) & Self::ENDED != 0
+    }
+}
+
+/// The jobs this worker holds (claimed and not yet written), each with its [`Stop`].
+/// The dispatcher adds claimed jobs; executors read their job's flag; the completer
+/// removes a job once its outcome is written (or the claim that folded it in does); the
+/// heartbeat thread refreshes every id; the listener, the shutdown deadline and the
+/// timeout watch stop handlers through it.
+#[derive(Default)]
+pub(crate) struct Running(Mutex<HashMap<JobId, Held>>);
+
+/// A held job: its stop flag, and its entrypoint's position in registration order.
+struct Held {
+    stop: Arc<Stop>,
+    entrypoint: usize,
+}
+
+impl Running {
+    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Held>> {
+        lock(&self.0)
+    }
+
+    /// Holds `jobs`; `index` gives each one's entrypoint position. Returns the jobs that
+    /// were not held already: a job this worker still holds can come back from a claim
+    /// as a stale re-pick (its heartbeat lagged past the timeout while its handler ran,
+    /// and the claim statement re-picks stale rows of any worker, this one included, as
+    /// PgQueuer's does). Its running handler keeps it: running it a second time beside
+    /// the first would break the limits and the handler's own assumptions.
+    pub(crate) fn add(&self, jobs: Vec<Job>, index: impl Fn(&str) -> usize) -> Vec<Job> {
+        let mut map = self.map();
+        let mut fresh = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            match map.entry(job.id) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    log::warn!(
+                        "pgqueuer: job {} ({}) was re-picked as stale while this worker still \
+                         holds it (its heartbeat lagged past heartbeat_timeout); it stays with \
+                         the run already under way",
+                        job.id,
+                        job.entrypoint
+                    );
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(Held {
+                        stop: Arc::new(Stop::default()),
+                        entrypoint: index(&job.entrypoint),
+                    });
+                    fresh.push(job);
+                }
+            }
+        }
+        fresh
+    }
+
+    /// How many jobs of each of `n` entrypoints are held, leaving out `except`.
+    pub(crate) fn per_entrypoint(&self, n: usize, except: &[JobId]) -> Vec<usize> {
+        let map = self.map();
+        let mut counts = vec![0usize; n];
+        for held in map.values() {
+            if let Some(c) = counts.get_mut(held.entrypoint) {
+                *c += 1;
+            }
+        }
+        // One lookup per excepted id rather than a scan of them per held job.
+        for held in except.iter().filter_map(|id| map.get(id)) {
+            if let Some(c) = counts.get_mut(held.entrypoint) {
+                *c = c.saturating_sub(1);
+            }
+        }
+        counts
+    }
+
+    pub(crate) fn remove(&self, ids: impl IntoIterator<Item = JobId>) {
+        let mut map = self.map();
+        for id in ids {
+            map.remove(&id);
+        }
+    }
+
+    /// The [`Stop`] of `id`, if it is held.
+    pub(crate) fn stop_of(&self, id: JobId) -> Option<Arc<Stop>> {
+        self.map().get(&id).map(|h| h.stop.clone())
+    }
+
+    /// Cancels the held jobs among `ids`; returns how many were held.
+    pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
+        let map = self.map();
+        ids.iter()
+            .filter_map(|id| map.get(id))
+            .map(|held| held.stop.cancel())
+            .count()
+    }
+
+    /// Tells every held job's handler that the shutdown deadline has passed; returns
+    /// how many jobs are held.
+    pub(crate) fn shut_down_all(&self) -> usize {
+        let map = self.map();
+        for held in map.values() {
+            held.stop.shut_down();
+        }
+        map.len()
+    }
+
+    /// The ids among `ids` that this worker holds.
+    pub(crate) fn held_among(&self, ids: &[JobId]) -> Vec<JobId> {
+        let map = self.map();
+        ids.iter()
+            .copied()
+            .filter(|id| map.contains_key(id))
+            .collect()
+    }
+
+    pub(crate) fn ids(&self) -> Vec<JobId> {
+        self.map().keys().copied().collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+}

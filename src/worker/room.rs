@@ -1,0 +1,171 @@
+//! Room for claimed jobs: how many a claim may take (idle threads, plus a batch ahead
+//! while handlers are short and no limit is at stake).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Room for claimed jobs: executor threads that are idle and not promised a handed-over
+/// job, plus the jobs a claim may take ahead of the threads.
+///
+/// The dispatcher reserves room before it claims and gives back what the claim did not
+/// fill; each executor gives one back when it finishes a job, whether it then takes a
+/// handed-over job or goes idle: the count stays "idle threads minus jobs waiting for one,
+/// plus the ahead allowance" either way.
+///
+/// Where a limit is at stake the allowance is zero: a claimed job of a limited entrypoint
+/// holds a concurrency slot, and taking more than there are threads to start them would
+/// keep slots from other workers. Elsewhere a claim may take up to one batch ahead, so
+/// that the next batch is claimed (and its commit paid) while this one runs, instead of
+/// after, but only while handlers are short ([`AHEAD_WHILE_SHORTER`]): a job claimed
+/// ahead waits in the hand-off for a thread, and should wait about one short job's run,
+/// not a long one while another worker's threads sit idle.
+pub(crate) struct Idle {
+    room: AtomicUsize,
+    /// The room when every thread is idle and no job waits: `threads + ahead`.
+    full: usize,
+    ahead: usize,
+    /// A running average of handler run times, in microseconds (`u64::MAX` before the
+    /// first job ends: nothing is claimed ahead until handlers are known to be short).
+    recent_us: AtomicU64,
+}
+
+/// Jobs are claimed ahead of free threads only while the running average of handler run
+/// times is below this.
+pub(crate) const AHEAD_WHILE_SHORTER: Duration = Duration::from_millis(1);
+
+impl Idle {
+    /// `threads` executors, and up to `ahead` jobs claimed beyond them.
+    pub(crate) fn new(threads: usize, ahead: usize) -> Idle {
+        Idle {
+            room: AtomicUsize::new(threads + ahead),
+            full: threads + ahead,
+            ahead,
+            recent_us: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The allowance in force: `ahead` while handlers are short, else none.
+    fn ahead_now(&self) -> usize {
+        let short = u64::try_from(AHEAD_WHILE_SHORTER.as_micros()).unwrap_or(u64::MAX);
+        if self.recent_us.load(Ordering::Relaxed) < short {
+            self.ahead
+        } else {
+            0
+        }
+    }
+
+    /// The room beyond the allowance not in force.
+    fn usable(&self, room: usize) -> usize {
+        room.saturating_sub(self.ahead - self.ahead_now())
+    }
+
+    /// Reserves room for up to `want` jobs; returns how many (0 when there is none).
+    pub(crate) fn reserve(&self, want: usize) -> usize {
+        let mut current = self.room.load(Ordering::SeqCst);
+        loop {
+            let take = self.usable(current).min(want);
+            if take == 0 {
+                return 0;
+            }
+            match self.room.compare_exchange(
+                current,
+                current - take,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return take,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Gives back room for `n` jobs.
+    pub(crate) fn release(&self, n: usize) {
+        self.room.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// The room (see [`Idle::enough`]) a claim would find now.
+    pub(crate) fn room(&self) -> usize {
+        self.usable(self.room.load(Ordering::SeqCst))
+    }
+
+    /// The least room worth a claim of up to `batch`: one idle thread, or, claiming
+    /// ahead, a whole batch (a thread coming back then takes a waiting job; claiming for
+    /// it alone would pay a commit for one job).
+    pub(crate) fn enough(&self, batch: usize) -> usize {
+        (self.ahead_now() + 1).min(batch).max(1)
+    }
+
+    /// True when the `n` jobs of a claim just made are all the worker has: no other job
+    /// runs, waits for a thread or is reserved. (A concurrent reservation or a job still
+    /// running makes it false, never wrongly true.)
+    pub(crate) fn only(&self, n: usize) -> bool {
+        self.room.load(Ordering::SeqCst) + n == self.full
+    }
+
+    /// Idle threads with no job waiting for them.
+    pub(crate) fn idle_threads(&self) -> usize {
+        self.room.load(Ordering::SeqCst).saturating_sub(self.ahead)
+    }
+
+    /// A handler ran for `took`.
+    pub(crate) fn ran(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let old = self.recent_us.load(Ordering::Relaxed);
+        let new = if old == u64::MAX {
+            us
+        } else {
+            // The last 8 or so jobs count; a lost update between threads costs nothing.
+            old - old / 8 + us / 8
+        };
+        self.recent_us.store(new, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_threads_are_reserved_and_given_back() {
+        let idle = Idle::new(4, 0);
+        assert_eq!(idle.reserve(3), 3);
+        assert_eq!(idle.reserve(3), 1);
+        assert_eq!(idle.reserve(1), 0);
+        idle.release(2);
+        assert_eq!(idle.room(), 2);
+        assert_eq!(idle.enough(10), 1);
+    }
+
+    #[test]
+    fn jobs_are_claimed_ahead_only_while_handlers_are_short() {
+        let idle = Idle::new(4, 4);
+        // Before any job has run nothing is claimed ahead.
+        assert_eq!((idle.room(), idle.enough(4)), (4, 1));
+        assert_eq!(idle.reserve(8), 4);
+        assert_eq!(idle.reserve(8), 0);
+        idle.ran(Duration::from_micros(50));
+        // Short handlers: a whole batch more, and only a whole batch is worth a claim.
+        assert_eq!((idle.room(), idle.enough(4)), (4, 4));
+        assert_eq!(idle.reserve(8), 4);
+        assert_eq!(idle.idle_threads(), 0);
+        idle.release(8);
+        assert_eq!(idle.idle_threads(), 4);
+        // Long handlers: the allowance lapses, room held ahead included.
+        for _ in 0..64 {
+            idle.ran(Duration::from_millis(20));
+        }
+        assert_eq!((idle.room(), idle.enough(4)), (4, 1));
+    }
+
+    #[test]
+    fn only_a_claim_on_an_idle_worker_is_all_it_has() {
+        let idle = Idle::new(4, 2);
+        assert_eq!(idle.reserve(3), 3);
+        assert!(idle.only(3), "nothing else runs, waits or is reserved");
+        assert!(!idle.only(2), "a reserved job not in this claim");
+        idle.release(1);
+        assert_eq!(idle.reserve(1), 1);
+        assert!(!idle.only(1), "two other jobs are still reserved");
+    }
+}
