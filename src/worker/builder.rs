@@ -19,6 +19,7 @@ use crate::time::check_duration;
 
 use super::Worker;
 use super::entrypoint::{Context, EntrypointOptions, Handler, HandlerResult, Registry};
+use super::limits::LimitWatch;
 use super::stats::Stats;
 
 /// Pool connections a worker needs: one for claims, one for heartbeats, one for writing
@@ -381,8 +382,10 @@ impl WorkerBuilder {
                 *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= o.threads)
             });
         let stats = Arc::new(Stats::new(&self.registry));
+        let limits = Arc::new(LimitWatch::new(&self.registry));
         Ok(Worker {
             stats,
+            limits,
             config: Arc::new(WorkerConfig {
                 pool: self.pool,
                 listen,
@@ -420,7 +423,7 @@ pub(crate) struct WorkerConfig {
     /// Claim lanes (1 or 2): claims in flight at once.
     pub(crate) lanes: usize,
     /// Jobs a claim may take beyond idle threads while handlers are short (see
-    /// `room::Idle`): one batch without limits, none with them.
+    /// `room::Room`): one batch without limits, none with them.
     pub(crate) claim_ahead: usize,
     /// Some entrypoint's concurrency limit is no larger than the thread count, so its
     /// slots, not the threads, bound how fast its jobs run: outcomes are written sooner,

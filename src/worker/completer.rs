@@ -1,5 +1,5 @@
-//! The one path of outcomes: executors hand every finished job's outcome to [`Outcomes`],
-//! and the completer thread writes them (delete or hold the row, and its log row; or put
+//! The one path of outcomes: executors leave every finished job's outcome in the ledger
+//! (`outcomes::Outcomes`), and the completer thread writes them (delete or hold the row, and its log row; or put
 //! it back in the queue for a retry).
 //!
 //! Ends are written in batches: the completer writes whatever waits [`LINGER`] after the
@@ -28,34 +28,22 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{Receiver, Sender, select};
+use crossbeam_channel::{Receiver, select};
 
 use super::builder::WorkerConfig;
-use super::conn_slot::ConnSlot;
+use super::loop_conn::LoopConn;
 use super::doorbell::{Doorbell, Wake};
-use super::held::Running;
+use super::ledger::Ledger;
+use super::outcomes::{MAX_BATCH, Outcomes, Pending, Requeue};
 use super::stats::Stats;
 use crate::claim::{Claimer, Outcome};
 use crate::connect::PooledConn;
 use crate::error::Error;
 use crate::events::{Event, Operation, TableChanged};
 use crate::job::{JobId, Status, storable_text};
-use crate::lock::lock;
 use crate::shutdown::ShutdownHandle;
 use crate::sqlstate;
 use crate::time::{TimeStyle, format_time};
-
-/// A job to put back in the queue after `delay`, logging `queued` with the reason.
-pub(crate) struct Requeue {
-    pub(crate) id: JobId,
-    /// For the log line, should the retry not be written.
-    pub(crate) entrypoint: String,
-    pub(crate) delay: Duration,
-    pub(crate) traceback: serde_json::Value,
-}
-
-/// Most outcomes written by one statement.
-const MAX_BATCH: usize = 500;
 
 /// How long the completer waits for more outcomes after the first before writing.
 const LINGER: Duration = Duration::from_millis(5);
@@ -76,130 +64,10 @@ const GIVE_UP_AFTER_SHUTDOWN: Duration = Duration::from_secs(30);
 /// instead.
 const QUOTED_TRACEBACK: usize = 4 << 10;
 
-/// Outcomes not yet written.
-#[derive(Default)]
-struct Pending {
-    /// Deletes (or holds, for `Failed`) with their log rows.
-    ends: Vec<Outcome>,
-    /// Written by the completer only, without waiting.
-    requeues: Vec<Requeue>,
-    /// Jobs not started before shutdown, to give back to the queue, without waiting.
-    releases: Vec<JobId>,
-}
-
-impl Pending {
-    fn is_empty(&self) -> bool {
-        self.ends.is_empty() && self.requeues.is_empty() && self.releases.is_empty()
-    }
-}
-
-/// Where executors leave outcomes for the completer (and, when it so decides, for the
-/// dispatcher's next claim).
-pub(crate) struct Outcomes {
-    pending: std::sync::Mutex<Pending>,
-    /// Tells the completer that outcomes wait (a token; several coalesce).
-    signal_tx: Sender<()>,
-    signal_rx: Receiver<()>,
-    /// Claims take ends along (see the module docs).
-    fold: bool,
-}
-
-impl Outcomes {
-    pub(crate) fn new(config: &WorkerConfig) -> Outcomes {
-        let (signal_tx, signal_rx) = crossbeam_channel::bounded(1);
-        Outcomes {
-            pending: std::sync::Mutex::new(Pending::default()),
-            signal_tx,
-            signal_rx,
-            fold: config.fold_outcomes,
-        }
-    }
-
-    /// An executor's finished job: deleted or held, with its log row.
-    pub(crate) fn finished(&self, outcome: Outcome) {
-        lock(&self.pending).ends.push(outcome);
-        let _ = self.signal_tx.try_send(());
-    }
-
-    /// An executor's job to run again later.
-    pub(crate) fn requeue(&self, requeue: Requeue) {
-        lock(&self.pending).requeues.push(requeue);
-        let _ = self.signal_tx.try_send(());
-    }
-
-    /// A job not started before shutdown, to give back to the queue.
-    pub(crate) fn release(&self, id: JobId) {
-        lock(&self.pending).releases.push(id);
-        let _ = self.signal_tx.try_send(());
-    }
-
-    /// The ends the next claim should write (up to a batch), or none when claims do not
-    /// take ends along.
-    pub(crate) fn for_claim(&self) -> Vec<Outcome> {
-        if !self.fold {
-            return Vec::new();
-        }
-        let mut pending = lock(&self.pending);
-        let n = pending.ends.len().min(MAX_BATCH);
-        pending.ends.drain(..n).collect()
-    }
-
-    /// After a claim that took `taken` along: the ids in `written` are no longer held;
-    /// the others come back for the completer, which retries rows that were locked.
-    pub(crate) fn after_claim(&self, taken: Vec<Outcome>, written: &[JobId], running: &Running) {
-        if taken.is_empty() {
-            return;
-        }
-        let (done, rest): (Vec<Outcome>, Vec<Outcome>) =
-            taken.into_iter().partition(|o| written.contains(&o.id));
-        running.remove(done.iter().map(|o| o.id));
-        if !rest.is_empty() {
-            lock(&self.pending).ends.extend(rest);
-            let _ = self.signal_tx.try_send(());
-        }
-    }
-
-    /// The jobs whose ends the next claim would take along (none when claims do not).
-    pub(crate) fn foldable_ids(&self) -> Vec<JobId> {
-        if !self.fold {
-            return Vec::new();
-        }
-        let pending = lock(&self.pending);
-        pending.ends.iter().take(MAX_BATCH).map(|o| o.id).collect()
-    }
-
-    /// True when ends wait for a claim to take them along.
-    pub(crate) fn waiting_for_claim(&self) -> bool {
-        self.fold && !lock(&self.pending).ends.is_empty()
-    }
-
-    fn take_all(&self) -> Pending {
-        std::mem::take(&mut *lock(&self.pending))
-    }
-
-    /// Requeues and releases are written without a linger.
-    fn urgent_waiting(&self) -> bool {
-        let pending = lock(&self.pending);
-        !pending.requeues.is_empty() || !pending.releases.is_empty()
-    }
-
-    /// Puts back what a write could not finish (rows locked by another session).
-    fn hand_back(&self, ends: Vec<Outcome>, requeues: Vec<Requeue>, releases: Vec<JobId>) {
-        if ends.is_empty() && requeues.is_empty() && releases.is_empty() {
-            return;
-        }
-        let mut pending = lock(&self.pending);
-        pending.ends.extend(ends);
-        pending.requeues.extend(requeues);
-        pending.releases.extend(releases);
-    }
-}
-
 /// What the completer thread works with.
 pub(crate) struct Completer<'a> {
     pub(crate) config: &'a WorkerConfig,
-    pub(crate) outcomes: &'a Outcomes,
-    pub(crate) running: &'a Running,
+    pub(crate) ledger: &'a Ledger,
     pub(crate) doorbell: &'a Doorbell,
     pub(crate) shutdown: &'a ShutdownHandle,
     pub(crate) stats: &'a Stats,
@@ -211,9 +79,8 @@ impl Completer<'_> {
     pub(crate) fn run(&self, alive: &Receiver<()>) {
         let mut writer = Writer {
             config: self.config,
-            conn: ConnSlot::new(&self.config.pool),
-            outcomes: self.outcomes,
-            running: self.running,
+            conn: LoopConn::new(&self.config.pool),
+            ledger: self.ledger,
             shutdown: self.shutdown,
             stats: self.stats,
             stopped_at: None,
@@ -225,6 +92,7 @@ impl Completer<'_> {
             // hurry.
             LINGER
         };
+        let outcomes = self.ledger.outcomes();
         let mut open = true;
         let mut locked_since: Option<Instant> = None;
         loop {
@@ -232,11 +100,11 @@ impl Completer<'_> {
                 // `alive` carries no messages: it disconnects once every executor has
                 // exited, after which no outcome can come any more.
                 open = select! {
-                    recv(self.outcomes.signal_rx) -> _ => true,
+                    recv(outcomes.signal_rx) -> _ => true,
                     recv(alive) -> _ => false,
                 };
             }
-            if open && !self.outcomes.urgent_waiting() {
+            if open && !outcomes.urgent_waiting() {
                 // One sleep for the whole wait: waking per finished job would cost more
                 // than the write.
                 std::thread::sleep(linger);
@@ -246,7 +114,7 @@ impl Completer<'_> {
                 ends,
                 requeues,
                 releases,
-            } = self.outcomes.take_all();
+            } = outcomes.take_all();
             let wrote = !(ends.is_empty() && requeues.is_empty() && releases.is_empty());
             for chunk in ends.chunks(MAX_BATCH) {
                 writer.ends(chunk);
@@ -261,7 +129,7 @@ impl Completer<'_> {
                 // Slots are free now, before the NOTIFY of the deletion comes round.
                 self.doorbell.ring_if_wanted(Wake::Written);
             }
-            let left = !lock(&self.outcomes.pending).is_empty();
+            let left = !outcomes.is_empty();
             if !left {
                 locked_since = None;
             } else if self.shutdown.is_shutdown()
@@ -271,13 +139,13 @@ impl Completer<'_> {
                     ends,
                     requeues,
                     releases,
-                } = self.outcomes.take_all();
+                } = outcomes.take_all();
                 log::error!(
                     "pgqueuer: giving up after shutdown on {} jobs whose rows another session \
                      keeps locked; they are re-picked once stale",
                     ends.len() + requeues.len() + releases.len()
                 );
-                self.running.remove(
+                self.ledger.written(
                     ends.iter()
                         .map(|o| o.id)
                         .chain(requeues.iter().map(|r| r.id))
@@ -292,7 +160,7 @@ impl Completer<'_> {
                 // Rows locked by another session: look again in a moment (the token
                 // is set again only by new outcomes).
                 std::thread::sleep(LOCKED_RETRY / 10);
-                let _ = self.outcomes.signal_tx.try_send(());
+                outcomes.signal();
             } else if !open {
                 return;
             }
@@ -313,9 +181,8 @@ enum Attempt<T> {
 /// The completer's connection and what its writes update.
 struct Writer<'a> {
     config: &'a WorkerConfig,
-    conn: ConnSlot<'a>,
-    outcomes: &'a Outcomes,
-    running: &'a Running,
+    conn: LoopConn<'a>,
+    ledger: &'a Ledger,
     shutdown: &'a ShutdownHandle,
     stats: &'a Stats,
     /// When the completer first found shutdown requested while a write failed.
@@ -323,6 +190,10 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
+    fn outcomes(&self) -> &Outcomes {
+        self.ledger.outcomes()
+    }
+
     /// Writes ends in one statement; the rows written, or no longer ours, are no longer
     /// held afterwards, and rows locked by others come back for the next round.
     fn ends(&mut self, ends: &[Outcome]) {
@@ -343,14 +214,14 @@ impl Writer<'_> {
                         o.status.as_str()
                     );
                 }
-                self.running
-                    .remove(ends.iter().map(|o| o.id).filter(|id| !locked.contains(id)));
+                self.ledger
+                    .written(ends.iter().map(|o| o.id).filter(|id| !locked.contains(id)));
                 let back = ends
                     .iter()
                     .filter(|o| locked.contains(&o.id))
                     .cloned()
                     .collect();
-                self.outcomes.hand_back(back, Vec::new(), Vec::new());
+                self.outcomes().hand_back(back, Vec::new(), Vec::new());
             }
             Attempt::Refused(e) if ends.len() > 1 => {
                 // Write the halves apart, down to the one outcome the database refuses.
@@ -360,7 +231,7 @@ impl Writer<'_> {
                 self.ends(right);
             }
             Attempt::Refused(e) => self.refused(&ends[0], &e),
-            Attempt::GaveUp => self.running.remove(ends.iter().map(|o| o.id)),
+            Attempt::GaveUp => self.ledger.written(ends.iter().map(|o| o.id)),
         }
     }
 
@@ -398,17 +269,17 @@ impl Writer<'_> {
         });
         match attempt {
             Attempt::Done((_, locked)) if !locked.is_empty() => {
-                self.outcomes
+                self.outcomes()
                     .hand_back(vec![instead], Vec::new(), Vec::new());
             }
-            Attempt::Done(_) | Attempt::GaveUp => self.running.remove([outcome.id]),
+            Attempt::Done(_) | Attempt::GaveUp => self.ledger.written([outcome.id]),
             Attempt::Refused(e) => {
                 log::error!(
                     "pgqueuer: job {} cannot be ended at all ({e}); it stays picked and is \
                      re-picked once its heartbeat is older than heartbeat_timeout",
                     outcome.id
                 );
-                self.running.remove([outcome.id]);
+                self.ledger.written([outcome.id]);
             }
         }
     }
@@ -427,9 +298,9 @@ impl Writer<'_> {
                         r.entrypoint
                     );
                 }
-                self.running.remove([r.id]);
+                self.ledger.written([r.id]);
             }
-            Attempt::Done(None) => self.outcomes.hand_back(Vec::new(), vec![r], Vec::new()),
+            Attempt::Done(None) => self.outcomes().hand_back(Vec::new(), vec![r], Vec::new()),
             Attempt::Refused(e) => {
                 let quoted = r.traceback.to_string();
                 let instead = Outcome {
@@ -445,7 +316,7 @@ impl Writer<'_> {
                 );
                 self.ends(std::slice::from_ref(&instead));
             }
-            Attempt::GaveUp => self.running.remove([r.id]),
+            Attempt::GaveUp => self.ledger.written([r.id]),
         }
     }
 
@@ -476,9 +347,9 @@ impl Writer<'_> {
             Attempt::Done((released, locked)) => {
                 log::debug!("gave {} unstarted jobs back to the queue", released.len());
                 self.stats.released(released.len());
-                self.running
-                    .remove(ids.iter().copied().filter(|id| !locked.contains(id)));
-                self.outcomes.hand_back(Vec::new(), Vec::new(), locked);
+                self.ledger
+                    .written(ids.iter().copied().filter(|id| !locked.contains(id)));
+                self.outcomes().hand_back(Vec::new(), Vec::new(), locked);
             }
             Attempt::Refused(_) | Attempt::GaveUp => {
                 log::error!(
@@ -486,7 +357,7 @@ impl Writer<'_> {
                      once their heartbeat is older than heartbeat_timeout",
                     ids.len()
                 );
-                self.running.remove(ids);
+                self.ledger.written(ids);
             }
         }
     }

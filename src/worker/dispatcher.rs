@@ -1,6 +1,6 @@
 //! The dispatcher: the one owner of claiming (River's producer). It decides when a claim
 //! is worth its statement, how many jobs it takes (no more than idle executors, plus one
-//! batch ahead where no limit is at stake and handlers are short: see [`Idle`]), when a
+//! batch ahead where no limit is at stake and handlers are short: see `room::Room`), when a
 //! second claim connection pays, and hands the claimed jobs to the executors.
 //!
 //! It claims on one or two *lanes*, each with a connection of its own. The primary lane
@@ -8,7 +8,7 @@
 //! moves with the lead ([`Lead`]). It claims whenever threads are free and claiming is
 //! not pointless: it keeps the quiet spells (after a claim that found nothing, no claim
 //! until something changes or the next deferred job is due), folds finished jobs'
-//! outcomes into its claims when the completer offers them ([`Outcomes::for_claim`]), and
+//! outcomes into its claims when the completer offers them ([`Ledger::for_claim`]), and
 //! stops a drain. The second lane, a thread of its own, exists only for workers without
 //! concurrency limits, and claims only while claims come back as full batches: then the
 //! batch size, not idle threads, bounds them, and a second claim in flight runs while
@@ -22,17 +22,15 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::builder::WorkerConfig;
-use super::completer::Outcomes;
-use super::conn_slot::ConnSlot;
+use super::loop_conn::LoopConn;
 use super::doorbell::{Doorbell, Wake};
-use super::handoff::Handoff;
-use super::held::Running;
 use super::jitter::Jitter;
+use super::ledger::Ledger;
 use super::limits::LimitWatch;
-use super::room::Idle;
 use super::stats::{Lost, Stats};
 use crate::claim::{Claim, LostRace, NextWake};
 use crate::job::Job;
+use crate::lock::lock;
 use crate::shutdown::ShutdownHandle;
 
 /// Shortest idle wait when work is known to be queued but could not be claimed (limits
@@ -54,10 +52,8 @@ const BACKLOG_LIMIT: usize = 500;
 pub(crate) struct Dispatcher<'a> {
     pub(crate) config: &'a WorkerConfig,
     pub(crate) doorbell: &'a Doorbell,
-    pub(crate) idle: &'a Idle,
-    pub(crate) handoff: &'a Handoff,
-    pub(crate) running: &'a Running,
-    pub(crate) outcomes: &'a Outcomes,
+    /// Where claimed jobs are held, handed over, and their outcomes wait.
+    pub(crate) ledger: &'a Ledger,
     /// Which limited entrypoints are paused (a larger limit elsewhere, see `limits`).
     pub(crate) limits: &'a LimitWatch,
     /// Where each claim is counted.
@@ -70,14 +66,14 @@ pub(crate) struct Dispatcher<'a> {
     /// worker stops and `run()` returns it.
     pub(crate) fatal: std::sync::Mutex<Option<crate::Error>>,
     /// The primary lane's state while no thread leads (see [`Dispatcher::take_lead`]).
-    pub(crate) lead_slot: std::sync::Mutex<Option<Lead<'a>>>,
+    pub(crate) parked_lead: std::sync::Mutex<Option<Lead<'a>>>,
 }
 
 /// The primary lane's own state. It moves with the lead: whichever thread leads runs the
 /// lane with it ([`Dispatcher::lead`]).
 pub(crate) struct Lead<'a> {
     /// The lane's claim connection.
-    conn: ConnSlot<'a>,
+    conn: LoopConn<'a>,
     rng: Jitter,
     /// How long to wait after a failed claim.
     backoff: Duration,
@@ -115,12 +111,26 @@ impl Default for SecondLane {
     }
 }
 
+/// What a step of the primary lane leaves the loop to do.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per claim, moved once: boxing would allocate on the lone job's path"
+)]
+enum Step {
+    /// Look again from the top (after a wait, a claim, an error).
+    Again,
+    /// This thread is to run the job (the lead is parked for the next free thread).
+    Run(Job),
+    /// Dispatching ends (shutdown requested, a drain finished, a fatal error).
+    Stop,
+}
+
 impl<'a> Dispatcher<'a> {
     /// The primary lane's first state, holding `dispatching` until the lane stops. Whoever
-    /// leads first takes it from the lead slot.
+    /// leads first takes it ([`Dispatcher::take_lead`]).
     pub(crate) fn first_lead(&self, dispatching: Sender<()>) {
         let lead = Lead {
-            conn: ConnSlot::new(&self.config.pool),
+            conn: LoopConn::new(&self.config.pool),
             rng: Jitter::new(0),
             backoff: Duration::from_millis(50),
             quiet_until: None,
@@ -129,213 +139,264 @@ impl<'a> Dispatcher<'a> {
             slot_limits: self.slot_limits(),
             _dispatching: dispatching,
         };
-        *crate::lock::lock(&self.lead_slot) = Some(lead);
+        *lock(&self.parked_lead) = Some(lead);
     }
 
     /// The lead, if no thread holds it. A thread looking for work takes it before any
     /// job: a thread that took the lead runs no job until it gives the lead away.
     pub(crate) fn take_lead(&self) -> Option<Lead<'a>> {
-        let lead = crate::lock::lock(&self.lead_slot).take()?;
-        if self.handoff.len() > 0 {
+        let lead = lock(&self.parked_lead).take()?;
+        if self.ledger.waiting() > 0 {
             // The wake that brought this thread was meant for a job, perhaps.
-            self.handoff.wake_one();
+            self.ledger.wake_one();
         }
         Some(lead)
     }
 
     /// Runs the primary lane on this thread until a claim takes a lone job on an idle
-    /// worker: then the lead waits in the slot for the next thread that looks for work,
-    /// and this thread is to run the job returned. `None` once dispatching has ended
-    /// (shutdown, a finished drain, a fatal error).
+    /// worker: then the lead is parked for the next thread that looks for work, and this
+    /// thread is to run the job returned. `None` once dispatching has ended (shutdown, a
+    /// finished drain, a fatal error).
+    ///
+    /// Each round waits out what makes a claim pointless now, in this order, and looks
+    /// again from the top after any wait: the completer's backlog, too few free threads,
+    /// a quiet spell, every slot held by this worker's own jobs. Then it claims.
     pub(crate) fn lead(&self, mut lead: Lead<'a>) -> Option<Job> {
-        let config = self.config;
         while !self.shutdown.is_shutdown() {
             self.stats.liveness.claim_loop_ran();
-            let backlog = || self.running.len() >= config.threads + BACKLOG_LIMIT;
-            if backlog() {
-                // The completer is behind: claim no more until it has written what ran.
-                let soon = Instant::now() + Duration::from_millis(50);
-                self.wait_while(&[Wake::Written], soon, backlog);
-                self.doorbell.take(Wake::Written);
+            if self.waited_for_completer()
+                || self.waited_for_threads(&lead)
+                || self.waited_out_quiet_spell(&mut lead)
+            {
                 continue;
             }
-            let enough = self.idle.enough(config.batch_size);
-            if self.idle.room() < enough {
-                let poll = Instant::now() + config.dequeue_timeout;
-                self.doorbell.want_threads(enough);
-                self.wait_while(&[Wake::ThreadFree], poll, || self.idle.room() < enough);
-                self.doorbell.take(Wake::ThreadFree);
-                if lead.last_full {
-                    self.gather();
-                }
+            let Some(free) = self.free_slots_or_wait(&lead) else {
                 continue;
-            }
-            if let Some(until) = lead.quiet_until {
-                let limit_full = lead.limit_full;
-                if Instant::now() < until && !self.quiet_ends(limit_full) {
-                    self.wait_while(&self.quiet_breakers(), until, || {
-                        !self.quiet_ends(limit_full)
-                    });
-                    continue;
-                }
-                lead.quiet_until = None;
-            }
-            let free = lead.slot_limits.as_deref().map(|l| self.free_slots(l));
-            if free == Some(0) {
-                // This worker holds every slot: only its own jobs' ends free one.
-                let poll = Instant::now() + config.dequeue_timeout;
-                let limits = lead.slot_limits.as_deref().unwrap_or_default();
-                self.wait_while(&[Wake::Outcomes, Wake::Written], poll, || {
-                    self.free_slots(limits) == 0
-                });
-                self.doorbell.take(Wake::Outcomes);
-                self.doorbell.take(Wake::Written);
-                continue;
-            }
-            let take = self
-                .idle
-                .reserve(config.batch_size.min(free.unwrap_or(usize::MAX)));
+            };
+            let take = self.ledger.reserve(self.config.batch_size.min(free));
             if take == 0 {
                 continue;
             }
-            // This claim's snapshot covers every change rung so far.
-            self.doorbell.take(Wake::Changed);
-            self.doorbell.take(Wake::Freed);
-            self.doorbell.take(Wake::Resync);
-            self.doorbell.take(Wake::Written);
-            self.doorbell.take(Wake::Outcomes);
-            let mut claim = match self.claim(&mut lead.conn, take, true) {
-                Ok(claim) => claim,
-                Err(e) if e.is_pooler_mismatch() => {
-                    log::error!("pgqueuer claim failed; stopping the worker: {e}");
-                    *crate::lock::lock(&self.fatal) = Some(e);
-                    self.shutdown.shutdown();
-                    break;
-                }
-                Err(e) => {
-                    let backoff = lead.backoff;
-                    log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
-                    self.shutdown.sleep(backoff);
-                    lead.backoff = (backoff * 2).min(Duration::from_secs(5));
-                    continue;
-                }
-            };
-            lead.backoff = Duration::from_millis(50);
-            let n = claim.jobs.len();
-            lead.last_full = n == take;
-            if n > 0 {
-                lead.limit_full = false;
-                // A partial batch took everything due as of its snapshot (unless slots
-                // or locked rows were what it lacked): until something changes, another
-                // claim would find nothing. Deferred jobs are looked for again after the
-                // shortest idle wait.
-                if n < take && !claim.lost_race && !config.claimer.is_capacity_gated() {
-                    lead.quiet_until = Some(Instant::now() + MIN_POLL);
-                }
-                let mut jobs = self.register(std::mem::take(&mut claim.jobs));
-                let n = jobs.len();
-                if n == 0 {
-                    continue;
-                }
-                // A lone job on an idle worker: rather than wake a thread for it (a
-                // wake-up on its way from enqueue to start), this thread runs it and the
-                // lead goes to the next free thread. A batch is handed over whole: its
-                // wake-ups overlap the next claim, and passing the lead would put one
-                // more wake-up in front of its other jobs.
-                if n == 1 && self.idle.only(n) && self.handoff.start_own() {
-                    *crate::lock::lock(&self.lead_slot) = Some(lead);
-                    self.handoff.wake_one();
+            match self.claim_and_hand_over(&mut lead, take) {
+                Step::Again => {}
+                Step::Run(job) => {
+                    *lock(&self.parked_lead) = Some(lead);
+                    self.ledger.wake_one();
                     self.wake_second_lane();
-                    return jobs.pop();
+                    return Some(job);
                 }
-                self.handoff.push(jobs);
-                self.wake_second_lane();
-                continue;
+                Step::Stop => break,
             }
-            log::trace!("empty claim (lost race: {})", claim.lost_race);
-            if claim.lost_race {
-                // The winner has committed; claim again in a moment.
-                std::thread::sleep(lead.rng.duration(Duration::from_micros(500)));
-                continue;
-            }
-            let gated = config.claimer.is_capacity_gated();
-            let arrived = self.doorbell.is_pending(Wake::Changed);
-            if self.doorbell.is_pending(Wake::Resync)
-                || self.doorbell.is_pending(Wake::Freed)
-                || (arrived && !gated)
-            {
-                // Jobs may have arrived, or slots come free, after this claim's snapshot:
-                // look again.
-                continue;
-            }
-            // Paused entrypoints (see `limits`) are not waited for; with every one
-            // paused, look again when the slots are next looked at. A job of another
-            // worker going stale (its worker presumed dead) is a reason to look again
-            // as much as a deferred job coming due.
-            let next = match self.limits.claimer(&config.claimer) {
-                Some(claimer) => lead.conn.run(|c| claimer.next_wake(c)).unwrap_or(NextWake {
-                    queued: Some(MIN_POLL),
-                    stale: None,
-                }),
-                None => NextWake {
-                    queued: Some(super::limits::CHECK_INTERVAL),
-                    stale: None,
-                },
-            };
-            let next_due = next.queued;
-            if gated {
-                // Due jobs that the claim did not take wait for slots: new jobs would not
-                // change that. Otherwise they might.
-                lead.limit_full = next_due == Some(Duration::ZERO);
-                if !lead.limit_full && arrived {
-                    continue;
-                }
-            }
-            if self.drain && next_due.is_none() {
-                if self.running.len() == 0 && self.handoff.len() == 0 {
-                    log::debug!("drain: nothing queued and nothing running; stopping");
-                    self.shutdown.shutdown();
-                    break;
-                }
-                // Jobs are still running or being written: look again soon.
-                lead.quiet_until = Some(Instant::now() + MIN_POLL);
-                continue;
-            }
-            // Without LISTEN (a transaction pooler and no listen DSN) nothing rings for
-            // new jobs: look at least every poll interval.
-            let longest = config.poll_interval.unwrap_or(config.dequeue_timeout);
-            let wait = match next.soonest() {
-                Some(due) => due.clamp(MIN_POLL, longest),
-                None => longest,
-            };
-            if self.drain && wait > MIN_POLL {
-                log::info!(
-                    "pgqueuer drain: nothing is due, but a queued job is deferred (due in \
-                     {:?}); waiting {wait:?} before looking again (run_until_empty waits for \
-                     deferred jobs)",
-                    next_due.unwrap_or_default()
-                );
-            }
-            lead.quiet_until = Some(Instant::now() + wait);
         }
         self.release_unstarted();
         None
     }
 
+    /// Waits while the completer is behind (so many jobs held that their rows and slots
+    /// would only pile up): claims resume once it has written what ran.
+    fn waited_for_completer(&self) -> bool {
+        let backlog = || self.ledger.held() >= self.config.threads + BACKLOG_LIMIT;
+        if !backlog() {
+            return false;
+        }
+        let soon = Instant::now() + Duration::from_millis(50);
+        self.wait_while(&[Wake::Written], soon, backlog);
+        self.doorbell.take(Wake::Written);
+        true
+    }
+
+    /// Waits while too few threads are free for a claim to be worth its commit (see
+    /// [`super::room::Room::enough`]); after a full claim, gathers the threads coming
+    /// back ([`GATHER`]).
+    fn waited_for_threads(&self, lead: &Lead<'_>) -> bool {
+        let enough = self.ledger.enough(self.config.batch_size);
+        if self.ledger.room() >= enough {
+            return false;
+        }
+        let poll = Instant::now() + self.config.dequeue_timeout;
+        self.doorbell.want_threads(enough);
+        self.wait_while(&[Wake::ThreadFree], poll, || self.ledger.room() < enough);
+        self.doorbell.take(Wake::ThreadFree);
+        if lead.last_full {
+            self.gather();
+        }
+        true
+    }
+
+    /// Waits while a quiet spell lasts (after a claim that found nothing, until something
+    /// rings that may change that, see [`Dispatcher::quiet_ends`], or the spell ends).
+    fn waited_out_quiet_spell(&self, lead: &mut Lead<'_>) -> bool {
+        let Some(until) = lead.quiet_until else {
+            return false;
+        };
+        let limit_full = lead.limit_full;
+        if Instant::now() < until && !self.quiet_ends(limit_full) {
+            self.wait_while(&self.quiet_breakers(), until, || {
+                !self.quiet_ends(limit_full)
+            });
+            return true;
+        }
+        lead.quiet_until = None;
+        false
+    }
+
+    /// The slots this worker's own jobs leave free (`usize::MAX` where some entrypoint
+    /// has no limit); `None` after waiting, while this worker holds every slot (only its
+    /// own jobs' ends can free one).
+    fn free_slots_or_wait(&self, lead: &Lead<'_>) -> Option<usize> {
+        let Some(limits) = lead.slot_limits.as_deref() else {
+            return Some(usize::MAX);
+        };
+        let free = self.free_slots(limits);
+        if free > 0 {
+            return Some(free);
+        }
+        let poll = Instant::now() + self.config.dequeue_timeout;
+        self.wait_while(&[Wake::Outcomes, Wake::Written], poll, || {
+            self.free_slots(limits) == 0
+        });
+        self.doorbell.take(Wake::Outcomes);
+        self.doorbell.take(Wake::Written);
+        None
+    }
+
+    /// Claims up to `take` jobs (the room reserved for them) and hands them over, or
+    /// keeps a lone one for this thread; after an empty claim, decides when to look
+    /// again ([`Dispatcher::after_empty_claim`]).
+    fn claim_and_hand_over(&self, lead: &mut Lead<'_>, take: usize) -> Step {
+        // This claim's snapshot covers every change rung so far.
+        for why in [
+            Wake::Changed,
+            Wake::Freed,
+            Wake::Resync,
+            Wake::Written,
+            Wake::Outcomes,
+        ] {
+            self.doorbell.take(why);
+        }
+        let claim = match self.claim(&mut lead.conn, take, true) {
+            Ok(claim) => claim,
+            Err(e) if e.is_pooler_mismatch() => {
+                log::error!("pgqueuer claim failed; stopping the worker: {e}");
+                *lock(&self.fatal) = Some(e);
+                self.shutdown.shutdown();
+                return Step::Stop;
+            }
+            Err(e) => {
+                let backoff = lead.backoff;
+                log::warn!("pgqueuer claim failed (retrying in {backoff:?}): {e}");
+                self.shutdown.sleep(backoff);
+                lead.backoff = (backoff * 2).min(Duration::from_secs(5));
+                return Step::Again;
+            }
+        };
+        lead.backoff = Duration::from_millis(50);
+        let n = claim.jobs.len();
+        lead.last_full = n == take;
+        if n == 0 {
+            return self.after_empty_claim(lead, claim.lost.is_some());
+        }
+        lead.limit_full = false;
+        // A partial batch took everything due as of its snapshot (unless slots or locked
+        // rows were what it lacked): until something changes, another claim would find
+        // nothing. Deferred jobs are looked for again after the shortest idle wait.
+        if n < take && claim.lost.is_none() && !self.config.claimer.is_capacity_gated() {
+            lead.quiet_until = Some(Instant::now() + MIN_POLL);
+        }
+        let mut jobs = self.hold(claim.jobs);
+        // A lone job on an idle worker: rather than wake a thread for it (a wake-up on
+        // its way from enqueue to start), this thread runs it and the lead goes to the
+        // next free thread. A batch is handed over whole: its wake-ups overlap the next
+        // claim, and passing the lead would put one more wake-up in front of its other
+        // jobs.
+        if jobs.len() == 1 && self.ledger.only(1) && self.ledger.keep_one() {
+            return jobs.pop().map_or(Step::Again, Step::Run);
+        }
+        if !jobs.is_empty() {
+            self.ledger.hand_over(jobs);
+            self.wake_second_lane();
+        }
+        Step::Again
+    }
+
+    /// After a claim that found nothing: claim again at once if something may have
+    /// arrived since its snapshot, stop a finished drain, or start a quiet spell that
+    /// lasts until the next deferred job is due (or another worker's job goes stale).
+    fn after_empty_claim(&self, lead: &mut Lead<'_>, lost_race: bool) -> Step {
+        let config = self.config;
+        log::trace!("empty claim (lost race: {lost_race})");
+        if lost_race {
+            // The winner has committed; claim again in a moment.
+            std::thread::sleep(lead.rng.duration(Duration::from_micros(500)));
+            return Step::Again;
+        }
+        let gated = config.claimer.is_capacity_gated();
+        let arrived = self.doorbell.is_pending(Wake::Changed);
+        if self.doorbell.is_pending(Wake::Resync)
+            || self.doorbell.is_pending(Wake::Freed)
+            || (arrived && !gated)
+        {
+            // Jobs may have arrived, or slots come free, after this claim's snapshot.
+            return Step::Again;
+        }
+        // Paused entrypoints (see `limits`) are not waited for; with every one paused,
+        // look again when the slots are next looked at. A job of another worker going
+        // stale (its worker presumed dead) is a reason to look again as much as a
+        // deferred job coming due.
+        let next = match self.limits.claimer(&config.claimer) {
+            Some(claimer) => lead.conn.run(|c| claimer.next_wake(c)).unwrap_or(NextWake {
+                queued: Some(MIN_POLL),
+                stale: None,
+            }),
+            None => NextWake {
+                queued: Some(super::limits::CHECK_INTERVAL),
+                stale: None,
+            },
+        };
+        let next_due = next.queued;
+        if gated {
+            // Due jobs that the claim did not take wait for slots: new jobs would not
+            // change that. Otherwise they might.
+            lead.limit_full = next_due == Some(Duration::ZERO);
+            if !lead.limit_full && arrived {
+                return Step::Again;
+            }
+        }
+        if self.drain && next_due.is_none() {
+            if self.ledger.held() == 0 && self.ledger.waiting() == 0 {
+                log::debug!("drain: nothing queued and nothing running; stopping");
+                self.shutdown.shutdown();
+                return Step::Stop;
+            }
+            // Jobs are still running or being written: look again soon.
+            lead.quiet_until = Some(Instant::now() + MIN_POLL);
+            return Step::Again;
+        }
+        // Without LISTEN (a transaction pooler and no listen DSN) nothing rings for new
+        // jobs: look at least every poll interval.
+        let longest = config.poll_interval.unwrap_or(config.dequeue_timeout);
+        let wait = match next.soonest() {
+            Some(due) => due.clamp(MIN_POLL, longest),
+            None => longest,
+        };
+        if self.drain && wait > MIN_POLL {
+            log::info!(
+                "pgqueuer drain: nothing is due, but a queued job is deferred (due in {:?}); \
+                 waiting {wait:?} before looking again (run_until_empty waits for deferred \
+                 jobs)",
+                next_due.unwrap_or_default()
+            );
+        }
+        lead.quiet_until = Some(Instant::now() + wait);
+        Step::Again
+    }
+
     /// At shutdown: the claimed jobs still waiting for a thread go back to the queue now
     /// (a job a thread takes later is given back by the executor).
     fn release_unstarted(&self) {
-        let jobs = self.handoff.drain();
-        if jobs.is_empty() {
-            return;
-        }
-        log::debug!(
-            "shutdown: giving {} unstarted jobs back to the queue",
-            jobs.len()
-        );
-        self.idle.release(jobs.len());
-        for job in jobs {
-            self.outcomes.release(job.id);
+        let n = self.ledger.release_unstarted();
+        if n > 0 {
+            log::debug!("shutdown: giving {n} unstarted jobs back to the queue");
         }
     }
 
@@ -345,19 +406,19 @@ impl<'a> Dispatcher<'a> {
         let target = self.config.batch_size.min(self.config.threads);
         let until = Instant::now() + GATHER;
         self.doorbell.want_threads(target);
-        self.wait_while(&[Wake::ThreadFree], until, || self.idle.room() < target);
+        self.wait_while(&[Wake::ThreadFree], until, || self.ledger.room() < target);
         self.doorbell.take(Wake::ThreadFree);
     }
 
-    /// True when the room for jobs is worth a claim (see [`Idle::enough`]).
+    /// True when the room for jobs is worth a claim (see [`Ledger::enough`]).
     fn room_for_a_claim(&self) -> bool {
-        self.idle.room() >= self.idle.enough(self.config.batch_size)
+        self.ledger.room() >= self.ledger.enough(self.config.batch_size)
     }
 
     /// The second lane: claims while claims come back full batches.
     pub(crate) fn run_second(&self) {
         let config = self.config;
-        let mut conn = ConnSlot::new(&config.pool);
+        let mut conn = LoopConn::new(&config.pool);
         loop {
             select! {
                 recv(self.second.wake_rx) -> _ => {},
@@ -370,14 +431,14 @@ impl<'a> Dispatcher<'a> {
                 && self.second.batch_bound.load(Ordering::SeqCst)
                 && self.room_for_a_claim()
             {
-                let take = self.idle.reserve(config.batch_size);
+                let take = self.ledger.reserve(config.batch_size);
                 if take == 0 {
                     break;
                 }
                 match self.claim(&mut conn, take, false) {
                     Ok(claim) => {
-                        let jobs = self.register(claim.jobs);
-                        self.handoff.push(jobs);
+                        let jobs = self.hold(claim.jobs);
+                        self.ledger.hand_over(jobs);
                     }
                     Err(e) => {
                         log::warn!("pgqueuer claim failed on the second connection: {e}");
@@ -392,10 +453,10 @@ impl<'a> Dispatcher<'a> {
     /// Claims up to `take` jobs (the threads reserved for them), folding in whatever
     /// outcomes the completer offers when `fold`; gives back the threads the claim did
     /// not fill.
-    fn claim(&self, conn: &mut ConnSlot<'_>, take: usize, fold: bool) -> crate::Result<Claim> {
+    fn claim(&self, conn: &mut LoopConn<'_>, take: usize, fold: bool) -> crate::Result<Claim> {
         let config = self.config;
         let outcomes = if fold {
-            self.outcomes.for_claim()
+            self.ledger.for_claim()
         } else {
             Vec::new()
         };
@@ -411,9 +472,9 @@ impl<'a> Dispatcher<'a> {
                 }),
         };
         let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
-        self.outcomes.after_claim(outcomes, written, self.running);
+        self.ledger.after_claim(outcomes, written);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
-        self.idle.release(take - taken);
+        self.ledger.unreserve(take - taken);
         if let Ok(claim) = &claimed {
             let lost = match claim.lost {
                 Some(LostRace::Slot) => Some(Lost::SlotRace),
@@ -426,7 +487,7 @@ impl<'a> Dispatcher<'a> {
                 lost,
             );
             self.stats
-                .load(self.running.len() + taken, self.idle.idle_threads());
+                .load(self.ledger.held() + taken, self.ledger.idle_threads());
         }
         if let Ok(claim) = &claimed {
             self.second.batch_bound.store(
@@ -434,8 +495,8 @@ impl<'a> Dispatcher<'a> {
                 Ordering::SeqCst,
             );
             log::trace!(
-                "claimed {taken} jobs ({take} threads reserved, lost race: {})",
-                claim.lost_race
+                "claimed {taken} jobs ({take} threads reserved, lost race: {:?})",
+                claim.lost
             );
         }
         claimed
@@ -453,14 +514,11 @@ impl<'a> Dispatcher<'a> {
             .collect()
     }
 
-    /// The slots of `limits` that this worker's own held jobs leave free. Jobs whose
-    /// ends the next claim folds in count as free, since that claim frees their slots
-    /// before it takes any. Other workers' jobs are not seen here: a claim may find
-    /// fewer.
+    /// The slots of `limits` that this worker's own held jobs leave free (see
+    /// [`Ledger::held_per_entrypoint`]). Other workers' jobs are not seen here: a claim
+    /// may find fewer.
     fn free_slots(&self, limits: &[usize]) -> usize {
-        let held = self
-            .running
-            .per_entrypoint(limits.len(), &self.outcomes.foldable_ids());
+        let held = self.ledger.held_per_entrypoint(limits.len());
         limits
             .iter()
             .zip(held)
@@ -475,29 +533,25 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Registers claimed jobs as held, before any of them can start; returns those to
-    /// run. A job this worker already runs (re-picked as stale, see [`Running::add`]) is
-    /// left to its run, and the room reserved for it is given back.
-    fn register(&self, jobs: Vec<Job>) -> Vec<Job> {
+    /// Holds claimed jobs, before any of them can start; returns those to run (see
+    /// [`Ledger::claimed`]).
+    fn hold(&self, jobs: Vec<Job>) -> Vec<Job> {
         let registry = &self.config.registry;
-        let claimed = jobs.len();
-        let fresh = self.running.add(jobs, |name| {
+        self.ledger.claimed(jobs, |name| {
             registry.by_name.get(name).map_or(usize::MAX, |e| e.index)
-        });
-        self.idle.release(claimed - fresh.len());
-        fresh
+        })
     }
 
     /// True when something rang that ends a quiet spell: new jobs (unless the limits
     /// are what holds claims back), a slot freed by any worker, a reconnected listener,
     /// written outcomes (slots freed), or outcomes waiting to be folded into a claim.
+    /// It only reads: the claim that follows takes the reasons.
     fn quiet_ends(&self, limit_full: bool) -> bool {
-        self.doorbell.take(Wake::Outcomes);
         (self.doorbell.is_pending(Wake::Changed) && !limit_full)
             || self.doorbell.is_pending(Wake::Freed)
             || self.doorbell.is_pending(Wake::Resync)
-            || self.doorbell.take(Wake::Written)
-            || self.outcomes.waiting_for_claim()
+            || self.doorbell.is_pending(Wake::Written)
+            || self.ledger.outcomes().waiting_for_claim()
     }
 
     /// The conditional reasons that end a quiet spell: written outcomes free slots where

@@ -6,13 +6,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::builder::WorkerConfig;
-use super::completer::{Outcomes, Requeue};
 use super::deadlines::{Armed, Deadlines};
 use super::doorbell::{Doorbell, Wake};
 use super::entrypoint::{Context, Entrypoint, JobError, OnFailure};
-use super::held::Running;
 use super::jitter::Jitter;
-use super::room::Idle;
+use super::ledger::Ledger;
+use super::outcomes::Requeue;
 use super::stats::Stats;
 use crate::claim::Outcome;
 use crate::error::chain;
@@ -29,10 +28,8 @@ const MAX_TRACEBACK_TEXT: usize = 64 << 10;
 /// What running a job uses; shared by every thread.
 pub(crate) struct Executor<'a> {
     pub(crate) config: &'a WorkerConfig,
-    pub(crate) idle: &'a Idle,
+    pub(crate) ledger: &'a Ledger,
     pub(crate) doorbell: &'a Doorbell,
-    pub(crate) running: &'a Running,
-    pub(crate) outcomes: &'a Outcomes,
     pub(crate) stats: &'a Stats,
     /// Where jobs with a timeout are registered (`None`: no entrypoint has one).
     pub(crate) deadlines: Option<&'a Deadlines>,
@@ -68,41 +65,42 @@ impl Verdict {
 }
 
 impl Executor<'_> {
-    /// Runs one job, reports its outcome and frees its thread.
+    /// Runs one job, leaves its outcome in the ledger and frees its room (the run grant
+    /// is the runner's to give back).
     pub(crate) fn execute(&self, job: &Job, rng: &mut Jitter) {
         let started = Instant::now();
         match self.config.registry.by_name.get(&job.entrypoint) {
-            Some(entry) => self.run_job(job, entry, rng),
+            Some(entry) => self.run_job(job, entry, rng, started),
             None => {
                 // Cannot happen: the claim only takes our entrypoints.
                 log::error!("job {} ({}) has no handler here", job.id, job.entrypoint);
-                self.outcomes.finished(Outcome {
+                let outcome = Outcome {
                     id: job.id,
                     status: Status::Exception,
                     traceback: None,
-                });
+                };
+                self.ledger.finished(outcome, started.elapsed());
             }
         }
-        self.idle.ran(started.elapsed());
-        self.idle.release(1);
         self.doorbell.ring_if_wanted(Wake::Outcomes);
-        self.doorbell.thread_freed(self.idle.room());
+        self.doorbell.thread_freed(self.ledger.room());
     }
 
     /// Runs the handler (in its trace span, when the job carries a trace context) and
     /// hands its outcome on.
-    fn run_job(&self, job: &Job, entry: &Entrypoint, rng: &mut Jitter) {
+    fn run_job(&self, job: &Job, entry: &Entrypoint, rng: &mut Jitter, started: Instant) {
         let span = telemetry::process(job);
         let verdict = span.run(|| self.verdict(job, entry, rng));
         span.finish(verdict.failure());
         match verdict {
             Verdict::End(status, failure) => {
                 self.stats.ended(entry.index, status);
-                self.outcomes.finished(Outcome {
+                let outcome = Outcome {
                     id: job.id,
                     status,
                     traceback: failure.map(|f| self.traceback_json(job, &f, None)),
-                });
+                };
+                self.ledger.finished(outcome, started.elapsed());
             }
             Verdict::Requeue {
                 delay,
@@ -110,12 +108,13 @@ impl Executor<'_> {
                 reason,
             } => {
                 self.stats.retried(entry.index);
-                self.outcomes.requeue(Requeue {
+                let requeue = Requeue {
                     id: job.id,
                     entrypoint: job.entrypoint.clone(),
                     delay,
                     traceback: self.traceback_json(job, &failure, Some((delay, reason.as_deref()))),
-                });
+                };
+                self.ledger.requeued(requeue, started.elapsed());
             }
             Verdict::Release => {
                 log::debug!(
@@ -123,7 +122,7 @@ impl Executor<'_> {
                     job.id,
                     job.entrypoint
                 );
-                self.outcomes.release(job.id);
+                self.ledger.released(job.id);
             }
         }
     }
@@ -132,7 +131,7 @@ impl Executor<'_> {
     fn verdict(&self, job: &Job, entry: &Entrypoint, rng: &mut Jitter) -> Verdict {
         let config = self.config;
         let canceled = || Verdict::End(Status::Canceled, None);
-        let stop = self.running.stop_of(job.id).unwrap_or_default();
+        let stop = self.ledger.stop_of(job.id).unwrap_or_default();
         if stop.is_cancelled() {
             return canceled();
         }

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::builder::WorkerConfig;
-use super::conn_slot::ConnSlot;
-use super::held::Running;
-use super::limits;
+use super::loop_conn::LoopConn;
+use super::ledger::Ledger;
+use super::limits::{self, LimitWatch};
 use super::stats::Stats;
 
 /// How long a beat retries rows another session holds locked before it leaves them for
@@ -18,12 +18,17 @@ use super::stats::Stats;
 const LOCKED_WAIT: Duration = Duration::from_millis(100);
 
 /// Runs until every executor has exited (`alive` disconnects).
-pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive: &Receiver<()>) {
-    let limits = &stats.limits;
+pub(crate) fn run(
+    config: &WorkerConfig,
+    ledger: &Ledger,
+    limits: &LimitWatch,
+    stats: &Stats,
+    alive: &Receiver<()>,
+) {
     let interval = config.heartbeat_interval();
     // After a failed beat, try again soon rather than a whole interval later.
     let retry = interval.min(Duration::from_secs(1));
-    let mut conn = ConnSlot::new(&config.pool);
+    let mut conn = LoopConn::new(&config.pool);
     let mut next_beat = Instant::now() + interval;
     let mut next_check = Instant::now();
     loop {
@@ -40,7 +45,7 @@ pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive
         if !limits.is_empty() && now >= next_check {
             next_check = now + limits::CHECK_INTERVAL;
             match conn.run(|c| limits.check(c, &config.claimer)) {
-                Ok(()) => stats.slots_seen(),
+                Ok(()) => stats.slots_seen(limits),
                 Err(e) => log::warn!("pgqueuer could not read the slots in use: {e}"),
             }
         }
@@ -48,7 +53,7 @@ pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive
             continue;
         }
         next_beat = now + interval;
-        let ids = running.ids();
+        let ids = ledger.held_ids();
         if ids.is_empty() {
             continue;
         }
@@ -80,7 +85,7 @@ pub(crate) fn run(config: &WorkerConfig, running: &Running, stats: &Stats, alive
                     log::debug!("heartbeat: rows locked by another session, next beat: {locked:?}");
                     next_beat = Instant::now() + retry;
                 }
-                if !lost.is_empty() && running.cancel(&lost) > 0 {
+                if !lost.is_empty() && ledger.cancel(&lost) > 0 {
                     log::debug!("held jobs no longer ours, asked to stop: {lost:?}");
                 }
             }

@@ -9,7 +9,7 @@ use postgres::Client;
 
 use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
-use super::held::Running;
+use super::ledger::Ledger;
 use super::stats::Stats;
 use crate::connect::drop_elsewhere;
 use crate::error::chain;
@@ -34,7 +34,7 @@ struct Listener<'a> {
     /// Where to connect.
     listen: &'a crate::connect::Target,
     doorbell: &'a Doorbell,
-    running: &'a Running,
+    ledger: &'a Ledger,
     /// Where the listener says it is alive (and connected).
     stats: &'a Stats,
     /// Which of a list of ids this worker still owns (`sql::claim::queue_owned`).
@@ -45,7 +45,7 @@ struct Listener<'a> {
 pub(crate) fn run(
     config: &WorkerConfig,
     doorbell: &Doorbell,
-    running: &Running,
+    ledger: &Ledger,
     stats: &Stats,
     alive: &Receiver<()>,
 ) {
@@ -57,7 +57,7 @@ pub(crate) fn run(
         config,
         listen,
         doorbell,
-        running,
+        ledger,
         stats,
         owned_sql: sql::claim::queue_owned(&config.settings),
     };
@@ -124,7 +124,7 @@ impl Listener<'_> {
             }
             Ok(Event::Cancellation(c)) => {
                 let until = Instant::now() + CONFIRM_WINDOW;
-                for id in self.running.held_among(&c.ids) {
+                for id in self.ledger.held_among(&c.ids) {
                     if !unconfirmed.iter().any(|(held, _)| *held == id) {
                         unconfirmed.push((id, until));
                     }
@@ -165,7 +165,7 @@ impl Listener<'_> {
             .filter(|id| !owned.contains(id))
             .collect();
         if !gone.is_empty() {
-            let held = self.running.cancel(&gone);
+            let held = self.ledger.cancel(&gone);
             log::debug!("{held} held jobs cancelled (rows deleted): {gone:?}");
         }
         let now = Instant::now();

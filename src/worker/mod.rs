@@ -11,7 +11,6 @@
 
 mod builder;
 mod completer;
-mod conn_slot;
 mod deadlines;
 mod dispatcher;
 mod doorbell;
@@ -21,8 +20,11 @@ mod handoff;
 mod heartbeat;
 mod held;
 mod jitter;
+mod ledger;
 mod limits;
 mod listener;
+mod loop_conn;
+mod outcomes;
 mod room;
 mod runner;
 mod stats;
@@ -46,14 +48,13 @@ use crate::connect::Pool;
 use crate::error::{Error, Result};
 use crate::shutdown::ShutdownHandle;
 use builder::WorkerConfig;
-use completer::{Completer, Outcomes};
+use completer::Completer;
 use deadlines::Deadlines;
 use dispatcher::{Dispatcher, SecondLane};
 use doorbell::Doorbell;
 use executor::Executor;
-use handoff::Handoff;
-use held::Running;
-use room::Idle;
+use ledger::Ledger;
+use limits::LimitWatch;
 use runner::Runner;
 use stats::Stats;
 
@@ -84,6 +85,7 @@ use stats::Stats;
 pub struct Worker {
     config: Arc<WorkerConfig>,
     stats: Arc<Stats>,
+    limits: Arc<LimitWatch>,
     shutdown: ShutdownHandle,
 }
 
@@ -113,7 +115,10 @@ impl Worker {
 
     /// A handle that reads this worker's figures from any thread ([`WorkerStats`]).
     pub fn stats_handle(&self) -> StatsHandle {
-        StatsHandle(self.stats.clone())
+        StatsHandle {
+            stats: self.stats.clone(),
+            limits: self.limits.clone(),
+        }
     }
 
     /// A handle that stops this worker from any thread.
@@ -165,12 +170,9 @@ impl Worker {
         let config = &*self.config;
         let shutdown = &self.shutdown;
         let doorbell = Doorbell::new();
-        let idle = Idle::new(config.threads, config.claim_ahead);
-        let handoff = Handoff::new(config.threads);
-        let running = Running::default();
-        let outcomes = Outcomes::new(config);
+        let ledger = Ledger::new(config.threads, config.claim_ahead, config.fold_outcomes);
         let stats = &*self.stats;
-        let limits = &stats.limits;
+        let limits = &*self.limits;
         let deadlines = config
             .registry
             .by_name
@@ -180,24 +182,19 @@ impl Worker {
         let dispatcher = Dispatcher {
             config,
             doorbell: &doorbell,
-            idle: &idle,
-            handoff: &handoff,
-            running: &running,
-            outcomes: &outcomes,
+            ledger: &ledger,
             limits,
             stats,
             shutdown,
             drain,
             second: SecondLane::default(),
             fatal: std::sync::Mutex::new(None),
-            lead_slot: std::sync::Mutex::new(None),
+            parked_lead: std::sync::Mutex::new(None),
         };
         let executor = Executor {
             config,
-            idle: &idle,
+            ledger: &ledger,
             doorbell: &doorbell,
-            running: &running,
-            outcomes: &outcomes,
             stats,
             deadlines: deadlines.as_ref(),
             shutdown,
@@ -242,7 +239,7 @@ impl Worker {
                 let runner = Runner {
                     dispatcher: &dispatcher,
                     executor: &executor,
-                    handoff: &handoff,
+                    ledger: &ledger,
                     dispatching: &dispatching_rx,
                 };
                 let alive = alive_tx.clone();
@@ -256,12 +253,12 @@ impl Worker {
                 ));
             }
             drop(alive_tx);
-            let (alive, running_ref, doorbell_ref) = (&alive_rx, &running, &doorbell);
+            let (alive, ledger_ref, doorbell_ref) = (&alive_rx, &ledger, &doorbell);
             handles.push(spawn_named(scope, "pgqueuer-listen".into(), move || {
-                listener::run(config, doorbell_ref, running_ref, stats, alive);
+                listener::run(config, doorbell_ref, ledger_ref, stats, alive);
             }));
             handles.push(spawn_named(scope, "pgqueuer-heartbeat".into(), move || {
-                heartbeat::run(config, running_ref, stats, alive);
+                heartbeat::run(config, ledger_ref, limits, stats, alive);
             }));
             if let Some(deadlines) = &deadlines {
                 handles.push(spawn_named(scope, "pgqueuer-timeouts".into(), move || {
@@ -270,8 +267,7 @@ impl Worker {
             }
             let completer = Completer {
                 config,
-                outcomes: &outcomes,
-                running: &running,
+                ledger: &ledger,
                 doorbell: &doorbell,
                 shutdown,
                 stats,
@@ -279,7 +275,7 @@ impl Worker {
             handles.push(spawn_named(scope, "pgqueuer-complete".into(), move || {
                 completer.run(alive);
             }));
-            enforce_deadline(config, shutdown, &running, &alive_rx);
+            enforce_deadline(config, shutdown, &ledger, &alive_rx);
             handles.into_iter().filter_map(|h| h.join().err()).count()
         });
         stats.liveness.stopped();
@@ -304,7 +300,7 @@ impl Worker {
 fn enforce_deadline(
     config: &WorkerConfig,
     shutdown: &ShutdownHandle,
-    running: &Running,
+    ledger: &Ledger,
     alive: &Receiver<()>,
 ) {
     let _ = shutdown.receiver().recv();
@@ -313,7 +309,7 @@ fn enforce_deadline(
     };
     // `alive` disconnects when every executor has exited.
     if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = alive.recv_timeout(deadline) {
-        let held = running.shut_down_all();
+        let held = ledger.shut_down_all();
         log::warn!(
             "shutdown deadline of {deadline:?} passed with {held} jobs still held; asking \
              their handlers to stop (each keeps its job until it returns, and gets the \

@@ -19,7 +19,7 @@ use std::time::Duration;
 /// after, but only while handlers are short ([`AHEAD_WHILE_SHORTER`]): a job claimed
 /// ahead waits in the hand-off for a thread, and should wait about one short job's run,
 /// not a long one while another worker's threads sit idle.
-pub(crate) struct Idle {
+pub(crate) struct Room {
     room: AtomicUsize,
     /// The room when every thread is idle and no job waits: `threads + ahead`.
     full: usize,
@@ -33,10 +33,10 @@ pub(crate) struct Idle {
 /// times is below this.
 pub(crate) const AHEAD_WHILE_SHORTER: Duration = Duration::from_millis(1);
 
-impl Idle {
+impl Room {
     /// `threads` executors, and up to `ahead` jobs claimed beyond them.
-    pub(crate) fn new(threads: usize, ahead: usize) -> Idle {
-        Idle {
+    pub(crate) fn new(threads: usize, ahead: usize) -> Room {
+        Room {
             room: AtomicUsize::new(threads + ahead),
             full: threads + ahead,
             ahead,
@@ -84,7 +84,7 @@ impl Idle {
         self.room.fetch_add(n, Ordering::SeqCst);
     }
 
-    /// The room (see [`Idle::enough`]) a claim would find now.
+    /// The room (see [`Room::enough`]) a claim would find now.
     pub(crate) fn room(&self) -> usize {
         self.usable(self.room.load(Ordering::SeqCst))
     }
@@ -103,7 +103,7 @@ impl Idle {
         self.room.load(Ordering::SeqCst) + n == self.full
     }
 
-    /// Idle threads with no job waiting for them.
+    /// Room threads with no job waiting for them.
     pub(crate) fn idle_threads(&self) -> usize {
         self.room.load(Ordering::SeqCst).saturating_sub(self.ahead)
     }
@@ -128,44 +128,44 @@ mod tests {
 
     #[test]
     fn idle_threads_are_reserved_and_given_back() {
-        let idle = Idle::new(4, 0);
-        assert_eq!(idle.reserve(3), 3);
-        assert_eq!(idle.reserve(3), 1);
-        assert_eq!(idle.reserve(1), 0);
-        idle.release(2);
-        assert_eq!(idle.room(), 2);
-        assert_eq!(idle.enough(10), 1);
+        let room = Room::new(4, 0);
+        assert_eq!(room.reserve(3), 3);
+        assert_eq!(room.reserve(3), 1);
+        assert_eq!(room.reserve(1), 0);
+        room.release(2);
+        assert_eq!(room.room(), 2);
+        assert_eq!(room.enough(10), 1);
     }
 
     #[test]
     fn jobs_are_claimed_ahead_only_while_handlers_are_short() {
-        let idle = Idle::new(4, 4);
+        let room = Room::new(4, 4);
         // Before any job has run nothing is claimed ahead.
-        assert_eq!((idle.room(), idle.enough(4)), (4, 1));
-        assert_eq!(idle.reserve(8), 4);
-        assert_eq!(idle.reserve(8), 0);
-        idle.ran(Duration::from_micros(50));
+        assert_eq!((room.room(), room.enough(4)), (4, 1));
+        assert_eq!(room.reserve(8), 4);
+        assert_eq!(room.reserve(8), 0);
+        room.ran(Duration::from_micros(50));
         // Short handlers: a whole batch more, and only a whole batch is worth a claim.
-        assert_eq!((idle.room(), idle.enough(4)), (4, 4));
-        assert_eq!(idle.reserve(8), 4);
-        assert_eq!(idle.idle_threads(), 0);
-        idle.release(8);
-        assert_eq!(idle.idle_threads(), 4);
+        assert_eq!((room.room(), room.enough(4)), (4, 4));
+        assert_eq!(room.reserve(8), 4);
+        assert_eq!(room.idle_threads(), 0);
+        room.release(8);
+        assert_eq!(room.idle_threads(), 4);
         // Long handlers: the allowance lapses, room held ahead included.
         for _ in 0..64 {
-            idle.ran(Duration::from_millis(20));
+            room.ran(Duration::from_millis(20));
         }
-        assert_eq!((idle.room(), idle.enough(4)), (4, 1));
+        assert_eq!((room.room(), room.enough(4)), (4, 1));
     }
 
     #[test]
     fn only_a_claim_on_an_idle_worker_is_all_it_has() {
-        let idle = Idle::new(4, 2);
-        assert_eq!(idle.reserve(3), 3);
-        assert!(idle.only(3), "nothing else runs, waits or is reserved");
-        assert!(!idle.only(2), "a reserved job not in this claim");
-        idle.release(1);
-        assert_eq!(idle.reserve(1), 1);
-        assert!(!idle.only(1), "two other jobs are still reserved");
+        let room = Room::new(4, 2);
+        assert_eq!(room.reserve(3), 3);
+        assert!(room.only(3), "nothing else runs, waits or is reserved");
+        assert!(!room.only(2), "a reserved job not in this claim");
+        room.release(1);
+        assert_eq!(room.reserve(1), 1);
+        assert!(!room.only(1), "two other jobs are still reserved");
     }
 }

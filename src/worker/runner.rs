@@ -14,14 +14,14 @@ use crossbeam_channel::Receiver;
 
 use super::dispatcher::Dispatcher;
 use super::executor::Executor;
-use super::handoff::Handoff;
 use super::jitter::Jitter;
+use super::ledger::Ledger;
 
 /// What one thread of the worker uses.
 pub(crate) struct Runner<'a> {
     pub(crate) dispatcher: &'a Dispatcher<'a>,
     pub(crate) executor: &'a Executor<'a>,
-    pub(crate) handoff: &'a Handoff,
+    pub(crate) ledger: &'a Ledger,
     /// Disconnects once every lane has stopped: no job can be handed over any more.
     pub(crate) dispatching: &'a Receiver<()>,
 }
@@ -37,24 +37,24 @@ impl Runner<'_> {
                 }
                 continue;
             }
-            if let Some(job) = self.handoff.take() {
+            if let Some(job) = self.ledger.take() {
                 self.execute(&job, &mut rng);
                 continue;
             }
-            if !self.handoff.wait(self.dispatching) {
+            if !self.ledger.wait(self.dispatching) {
                 break;
             }
         }
         // Jobs handed over just before dispatching ended still run.
-        while let Some(job) = self.handoff.take() {
+        while let Some(job) = self.ledger.take() {
             self.execute(&job, &mut rng);
         }
     }
 
-    /// Runs a job this thread was granted (by [`Handoff::take`] or
-    /// [`Handoff::start_own`]), then gives the grant back.
+    /// Runs a job this thread was granted (by [`Ledger::take`] or [`Ledger::keep_one`]),
+    /// then gives the grant back.
     fn execute(&self, job: &crate::job::Job, rng: &mut Jitter) {
         self.executor.execute(job, rng);
-        self.handoff.finished();
+        self.ledger.run_ended();
     }
 }

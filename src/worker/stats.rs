@@ -220,7 +220,6 @@ pub(crate) enum Lost {
 
 /// A worker's shared figures: written by its threads, read by [`StatsHandle`].
 pub(crate) struct Stats {
-    pub(crate) limits: LimitWatch,
     /// Per entrypoint, in registration order.
     entrypoints: Vec<(String, PerEntrypoint)>,
     index: HashMap<String, usize>,
@@ -365,7 +364,6 @@ impl Stats {
             .map(|(i, (name, _))| (name.clone(), i))
             .collect();
         Stats {
-            limits: LimitWatch::new(registry),
             entrypoints,
             index,
             claims: Count::new(names::CLAIMS, &[]),
@@ -459,8 +457,8 @@ impl Stats {
 
     /// The limit watch has looked at the slots: publish those held per limited
     /// entrypoint.
-    pub(crate) fn slots_seen(&self) {
-        for l in self.limits.stats() {
+    pub(crate) fn slots_seen(&self, limits: &LimitWatch) {
+        for l in limits.stats() {
             if let Some(level) = self.of(&l.entrypoint).and_then(|e| e.slots_held.as_ref()) {
                 level.set(l.held_slots);
             }
@@ -628,12 +626,15 @@ impl WorkerStats {
 
 /// Reads a worker's figures from any thread, while it runs and after. Cheap to clone.
 #[derive(Clone)]
-pub struct StatsHandle(pub(crate) Arc<Stats>);
+pub struct StatsHandle {
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) limits: Arc<LimitWatch>,
+}
 
 impl StatsHandle {
     /// The figures now.
     pub fn snapshot(&self) -> WorkerStats {
-        let s = &self.0;
+        let s = &self.stats;
         WorkerStats {
             jobs: s.summary(),
             claims: s.claims.get(),
@@ -659,7 +660,7 @@ impl StatsHandle {
                     start_latency: e.start_latency.snapshot(),
                 })
                 .collect(),
-            limits: s.limits.stats(),
+            limits: self.limits.stats(),
         }
     }
 }
@@ -668,7 +669,7 @@ impl StatsHandle {
     /// Whether the worker's own loops make progress (see [`WorkerHealth`]): for a
     /// process's liveness probe.
     pub fn health(&self) -> WorkerHealth {
-        let s = &self.0;
+        let s = &self.stats;
         let l = &s.liveness;
         let mut problems = Vec::new();
         if !l.running.load(Ordering::Relaxed) {

@@ -8,14 +8,14 @@ use crate::sqlstate;
 /// with indexes only ([`crate::Conn::plan_with_indexes`]; the pool closes it when it is
 /// given back rather than hand the setting to another user), and given back after an
 /// error that means the connection is gone, so that the next use opens a fresh one.
-pub(crate) struct ConnSlot<'a> {
+pub(crate) struct LoopConn<'a> {
     pool: &'a Pool,
     conn: Option<PooledConn>,
 }
 
-impl<'a> ConnSlot<'a> {
-    pub(crate) fn new(pool: &'a Pool) -> ConnSlot<'a> {
-        ConnSlot { pool, conn: None }
+impl<'a> LoopConn<'a> {
+    pub(crate) fn new(pool: &'a Pool) -> LoopConn<'a> {
+        LoopConn { pool, conn: None }
     }
 
     /// Runs `op` on the connection (checking one out first if needed); after a failure

@@ -1,0 +1,325 @@
+//! The ledger of a job's life inside a worker, in the order a job lives it. Each thread
+//! calls only its own steps:
+//!
+//! 1. **reserved** (the dispatcher): room for the job before a claim is sent, so that a
+//!    claim never takes more than threads can start ([`Ledger::reserve`]);
+//! 2. **claimed** (the dispatcher): held from now on, heartbeated and cancellable
+//!    ([`Ledger::claimed`]), then handed over ([`Ledger::hand_over`]) or kept by the
+//!    claiming thread ([`Ledger::keep_one`]);
+//! 3. **started** (a runner thread): a run grant taken with the job ([`Ledger::take`]), so
+//!    that at most `threads` jobs run at once;
+//! 4. **finished** (the executor): its outcome waits to be written and its room and run
+//!    grant are given back ([`Ledger::finished`] and its kin, [`Ledger::run_ended`]);
+//! 5. **written** (the completer, or the claim that folded the outcome in): no longer
+//!    held ([`Ledger::written`]).
+//!
+//! The pieces it is made of keep one count each (`room::Room`, `handoff::Handoff`,
+//! `held::Running`, `outcomes::Outcomes`); the ledger is the one place that moves a job
+//! from one to the next, and its tests hold the invariants.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use super::handoff::Handoff;
+use super::held::{Running, Stop};
+use super::outcomes::{Outcomes, Requeue};
+use super::room::Room;
+use crate::claim::Outcome;
+use crate::job::{Job, JobId};
+
+/// The ledger (see the module docs).
+pub(crate) struct Ledger {
+    room: Room,
+    handoff: Handoff,
+    held: Running,
+    outcomes: Outcomes,
+}
+
+impl Ledger {
+    /// A ledger for `threads` runs at once, up to `ahead` jobs claimed beyond them, whose
+    /// claims take finished jobs' ends along when `fold`.
+    pub(crate) fn new(threads: usize, ahead: usize, fold: bool) -> Ledger {
+        Ledger {
+            room: Room::new(threads, ahead),
+            handoff: Handoff::new(threads),
+            held: Running::default(),
+            outcomes: Outcomes::new(fold),
+        }
+    }
+
+    // 1. Reserved.
+
+    /// The room a claim would find now.
+    pub(crate) fn room(&self) -> usize {
+        self.room.room()
+    }
+
+    /// The least room worth a claim of up to `batch`.
+    pub(crate) fn enough(&self, batch: usize) -> usize {
+        self.room.enough(batch)
+    }
+
+    /// Reserves room for up to `want` jobs; returns how many.
+    pub(crate) fn reserve(&self, want: usize) -> usize {
+        self.room.reserve(want)
+    }
+
+    /// Gives back room a claim did not fill.
+    pub(crate) fn unreserve(&self, n: usize) {
+        self.room.release(n);
+    }
+
+    /// Room threads with no job waiting for them.
+    pub(crate) fn idle_threads(&self) -> usize {
+        self.room.idle_threads()
+    }
+
+    /// True when the `n` jobs just claimed are all the worker has.
+    pub(crate) fn only(&self, n: usize) -> bool {
+        self.room.only(n)
+    }
+
+    // 2. Claimed.
+
+    /// Holds the jobs a claim took (`index` gives each one's entrypoint position) and
+    /// returns those to run: a job already held (a stale re-pick of a job this worker
+    /// still runs) is left to its run, and its room given back.
+    pub(crate) fn claimed(&self, jobs: Vec<Job>, index: impl Fn(&str) -> usize) -> Vec<Job> {
+        let claimed = jobs.len();
+        let fresh = self.held.add(jobs, index);
+        self.room.release(claimed - fresh.len());
+        fresh
+    }
+
+    /// Hands claimed jobs to the runners (one idle thread is woken for them).
+    pub(crate) fn hand_over(&self, jobs: Vec<Job>) {
+        self.handoff.push(jobs);
+    }
+
+    /// Takes a run grant for a job the claiming thread keeps to run itself; false when
+    /// `threads` jobs run already.
+    pub(crate) fn keep_one(&self) -> bool {
+        self.handoff.start_own()
+    }
+
+    /// Jobs handed over and not yet started.
+    pub(crate) fn waiting(&self) -> usize {
+        self.handoff.len()
+    }
+
+    /// Wakes one idle runner (for a job, or for the lead).
+    pub(crate) fn wake_one(&self) {
+        self.handoff.wake_one();
+    }
+
+    /// At shutdown: the jobs handed over and not started are finished unstarted, to go
+    /// back to the queue; returns how many.
+    pub(crate) fn release_unstarted(&self) -> usize {
+        let jobs = self.handoff.drain();
+        self.room.release(jobs.len());
+        for job in &jobs {
+            self.outcomes.release(job.id);
+        }
+        jobs.len()
+    }
+
+    // 3. Started.
+
+    /// A handed-over job with its run grant, if one waits and a grant is free.
+    pub(crate) fn take(&self) -> Option<Job> {
+        self.handoff.take()
+    }
+
+    /// Sleeps until woken for a job or the lead, or until `done` disconnects (false).
+    pub(crate) fn wait(&self, done: &Receiver<()>) -> bool {
+        self.handoff.wait(done)
+    }
+
+    /// The stop flag of a held job.
+    pub(crate) fn stop_of(&self, id: JobId) -> Option<Arc<Stop>> {
+        self.held.stop_of(id)
+    }
+
+    // 4. Finished.
+
+    /// A job ended after running `took`: its outcome waits to be written, its room is free.
+    pub(crate) fn finished(&self, outcome: Outcome, took: Duration) {
+        self.outcomes.finished(outcome);
+        self.freed(took);
+    }
+
+    /// A job is to run again later.
+    pub(crate) fn requeued(&self, requeue: Requeue, took: Duration) {
+        self.outcomes.requeue(requeue);
+        self.freed(took);
+    }
+
+    /// A job a thread took after shutdown goes back to the queue unstarted.
+    pub(crate) fn released(&self, id: JobId) {
+        self.outcomes.release(id);
+        self.room.release(1);
+    }
+
+    fn freed(&self, took: Duration) {
+        self.room.ran(took);
+        self.room.release(1);
+    }
+
+    /// The run grant of a job that ended (whatever its outcome) goes back.
+    pub(crate) fn run_ended(&self) {
+        self.handoff.finished();
+    }
+
+    // 5. Written.
+
+    /// These jobs' outcomes are written (or no longer this worker's): they are not held.
+    pub(crate) fn written(&self, ids: impl IntoIterator<Item = JobId>) {
+        self.held.remove(ids);
+    }
+
+    /// The ends the next claim takes along (none unless claims fold outcomes).
+    pub(crate) fn for_claim(&self) -> Vec<Outcome> {
+        self.outcomes.for_claim()
+    }
+
+    /// After a claim that took `taken` along: those in `written` are written; the others
+    /// go back to the completer.
+    pub(crate) fn after_claim(&self, taken: Vec<Outcome>, written: &[JobId]) {
+        if taken.is_empty() {
+            return;
+        }
+        let (done, rest): (Vec<Outcome>, Vec<Outcome>) =
+            taken.into_iter().partition(|o| written.contains(&o.id));
+        self.written(done.iter().map(|o| o.id));
+        self.outcomes.not_folded(rest);
+    }
+
+    /// The outcomes waiting, for the completer (its rounds) and the dispatcher (what a
+    /// claim would fold).
+    pub(crate) fn outcomes(&self) -> &Outcomes {
+        &self.outcomes
+    }
+
+    // Reading the held jobs.
+
+    /// Every held job, for the heartbeat: from its claim until its outcome is written.
+    pub(crate) fn held_ids(&self) -> Vec<JobId> {
+        self.held.ids()
+    }
+
+    /// How many jobs are held.
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Held jobs per entrypoint position (of `n`), leaving out those whose ends the next
+    /// claim takes along: that claim frees their slots before it takes any.
+    pub(crate) fn held_per_entrypoint(&self, n: usize) -> Vec<usize> {
+        self.held.per_entrypoint(n, &self.outcomes.foldable_ids())
+    }
+
+    /// The held jobs among `ids`.
+    pub(crate) fn held_among(&self, ids: &[JobId]) -> Vec<JobId> {
+        self.held.held_among(ids)
+    }
+
+    /// Stops the handlers of held jobs among `ids` as cancelled; returns how many.
+    pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
+        self.held.cancel(ids)
+    }
+
+    /// Tells every running handler that the shutdown deadline passed; returns how many
+    /// jobs are held.
+    pub(crate) fn shut_down_all(&self) -> usize {
+        self.held.shut_down_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Status;
+    use crate::worker::handoff::tests::test_job;
+
+    fn outcome(id: JobId) -> Outcome {
+        Outcome {
+            id,
+            status: Status::Successful,
+            traceback: None,
+        }
+    }
+
+    /// A job is held from its claim until its outcome is written, whatever happens in
+    /// between, so that the heartbeat (which refreshes `held_ids`) covers it all along.
+    #[test]
+    fn a_job_is_heartbeated_from_its_claim_until_its_outcome_is_written() {
+        let ledger = Ledger::new(2, 0, false);
+        assert_eq!(ledger.reserve(2), 2);
+        let jobs = ledger.claimed(vec![test_job(1), test_job(2)], |_| 0);
+        assert_eq!(jobs.len(), 2);
+        ledger.hand_over(jobs);
+        assert_eq!(ledger.held_ids().len(), 2, "claimed, not started");
+        let one = ledger.take().unwrap();
+        assert!(ledger.held_ids().contains(&one.id), "running");
+        ledger.finished(outcome(one.id), Duration::from_micros(5));
+        ledger.run_ended();
+        assert!(ledger.held_ids().contains(&one.id), "finished, not written");
+        ledger.written([one.id]);
+        assert_eq!(ledger.held_ids(), [2], "written: no longer held");
+        // Shutdown: the one not started goes back, and stays held until written.
+        assert_eq!(ledger.release_unstarted(), 1);
+        assert_eq!(ledger.held_ids(), [2]);
+        assert_eq!(ledger.outcomes().take_all().releases, [2]);
+        ledger.written([2]);
+        assert!(ledger.held_ids().is_empty());
+        assert_eq!(ledger.room(), 2, "every reservation given back");
+    }
+
+    /// At most `threads` jobs run at once, counting the job the claiming thread keeps;
+    /// a grant comes back when a run ends.
+    #[test]
+    fn no_more_jobs_run_at_once_than_threads() {
+        let ledger = Ledger::new(2, 2, false);
+        ledger.room.ran(Duration::from_micros(5));
+        assert_eq!(ledger.reserve(4), 4);
+        let jobs = ledger.claimed((1..=4).map(test_job).collect(), |_| 0);
+        ledger.hand_over(jobs);
+        assert!(ledger.keep_one(), "the claiming thread keeps one");
+        assert!(ledger.take().is_some());
+        assert!(ledger.take().is_none(), "a third run beside two");
+        assert!(!ledger.keep_one());
+        ledger.run_ended();
+        assert!(ledger.take().is_some(), "a grant came back");
+        assert_eq!(ledger.waiting(), 2);
+    }
+
+    /// A claim that brings back a job the worker already holds (a stale re-pick of its
+    /// own running job) does not run it twice, and gives its room back.
+    #[test]
+    fn a_job_already_held_is_not_claimed_twice() {
+        let ledger = Ledger::new(2, 0, false);
+        assert_eq!(ledger.reserve(1), 1);
+        ledger.claimed(vec![test_job(7)], |_| 0);
+        assert_eq!(ledger.reserve(1), 1);
+        assert!(ledger.claimed(vec![test_job(7)], |_| 0).is_empty());
+        assert_eq!(ledger.room(), 1, "the second reservation came back");
+        assert_eq!(ledger.held(), 1);
+    }
+
+    /// Ends a claim took along are written by it, or come back for the completer.
+    #[test]
+    fn folded_ends_are_written_or_come_back() {
+        let ledger = Ledger::new(2, 0, true);
+        assert_eq!(ledger.reserve(2), 2);
+        ledger.claimed(vec![test_job(1), test_job(2)], |_| 0);
+        ledger.finished(outcome(1), Duration::ZERO);
+        ledger.finished(outcome(2), Duration::ZERO);
+        let taken = ledger.for_claim();
+        assert_eq!(taken.len(), 2);
+        ledger.after_claim(taken, &[1]);
+        assert_eq!(ledger.held_ids(), [2]);
+        assert_eq!(ledger.outcomes().take_all().ends.len(), 1, "job 2 comes back");
+    }
+}

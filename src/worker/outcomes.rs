@@ -1,0 +1,148 @@
+//! Outcomes of finished jobs waiting to be written: what executors leave for the
+//! completer (and, where slots are scarce and reused, for the dispatcher's next claim).
+
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::claim::Outcome;
+use crate::job::JobId;
+use crate::lock::lock;
+
+/// A job to put back in the queue after `delay`, logging `queued` with the reason.
+pub(crate) struct Requeue {
+    pub(crate) id: JobId,
+    /// For the log line, should the retry not be written.
+    pub(crate) entrypoint: String,
+    pub(crate) delay: Duration,
+    pub(crate) traceback: serde_json::Value,
+}
+
+/// Most outcomes written by one statement.
+pub(crate) const MAX_BATCH: usize = 500;
+
+/// Outcomes not yet written.
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// Deletes (or holds, for `Failed`) with their log rows.
+    pub(crate) ends: Vec<Outcome>,
+    /// Written by the completer only, without waiting.
+    pub(crate) requeues: Vec<Requeue>,
+    /// Jobs not started before shutdown, to give back to the queue, without waiting.
+    pub(crate) releases: Vec<JobId>,
+}
+
+impl Pending {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ends.is_empty() && self.requeues.is_empty() && self.releases.is_empty()
+    }
+}
+
+/// Where executors leave outcomes for the completer (and, when it so decides, for the
+/// dispatcher's next claim).
+pub(crate) struct Outcomes {
+    pending: std::sync::Mutex<Pending>,
+    /// Tells the completer that outcomes wait (a token; several coalesce).
+    signal_tx: Sender<()>,
+    pub(crate) signal_rx: Receiver<()>,
+    /// Claims take ends along (see the module docs).
+    fold: bool,
+}
+
+impl Outcomes {
+    /// Outcomes for a worker whose claims take ends along when `fold`.
+    pub(crate) fn new(fold: bool) -> Outcomes {
+        let (signal_tx, signal_rx) = crossbeam_channel::bounded(1);
+        Outcomes {
+            pending: std::sync::Mutex::new(Pending::default()),
+            signal_tx,
+            signal_rx,
+            fold,
+        }
+    }
+
+    /// An executor's finished job: deleted or held, with its log row.
+    pub(crate) fn finished(&self, outcome: Outcome) {
+        lock(&self.pending).ends.push(outcome);
+        let _ = self.signal_tx.try_send(());
+    }
+
+    /// An executor's job to run again later.
+    pub(crate) fn requeue(&self, requeue: Requeue) {
+        lock(&self.pending).requeues.push(requeue);
+        let _ = self.signal_tx.try_send(());
+    }
+
+    /// A job not started before shutdown, to give back to the queue.
+    pub(crate) fn release(&self, id: JobId) {
+        lock(&self.pending).releases.push(id);
+        let _ = self.signal_tx.try_send(());
+    }
+
+    /// The ends the next claim should write (up to a batch), or none when claims do not
+    /// take ends along.
+    pub(crate) fn for_claim(&self) -> Vec<Outcome> {
+        if !self.fold {
+            return Vec::new();
+        }
+        let mut pending = lock(&self.pending);
+        let n = pending.ends.len().min(MAX_BATCH);
+        pending.ends.drain(..n).collect()
+    }
+
+    /// Ends a claim took along but could not write (rows locked for a moment): back to
+    /// the completer, which retries them.
+    pub(crate) fn not_folded(&self, rest: Vec<Outcome>) {
+        if !rest.is_empty() {
+            lock(&self.pending).ends.extend(rest);
+            let _ = self.signal_tx.try_send(());
+        }
+    }
+
+    /// The jobs whose ends the next claim would take along (none when claims do not).
+    pub(crate) fn foldable_ids(&self) -> Vec<JobId> {
+        if !self.fold {
+            return Vec::new();
+        }
+        let pending = lock(&self.pending);
+        pending.ends.iter().take(MAX_BATCH).map(|o| o.id).collect()
+    }
+
+    /// True when ends wait for a claim to take them along.
+    pub(crate) fn waiting_for_claim(&self) -> bool {
+        self.fold && !lock(&self.pending).ends.is_empty()
+    }
+
+    /// Everything waiting, taken at once (the completer's next round).
+    pub(crate) fn take_all(&self) -> Pending {
+        std::mem::take(&mut *lock(&self.pending))
+    }
+
+    /// Requeues and releases are written without a linger.
+    pub(crate) fn urgent_waiting(&self) -> bool {
+        let pending = lock(&self.pending);
+        !pending.requeues.is_empty() || !pending.releases.is_empty()
+    }
+
+    /// True when nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        lock(&self.pending).is_empty()
+    }
+
+    /// Signals the completer to look again (rows it handed back).
+    pub(crate) fn signal(&self) {
+        let _ = self.signal_tx.try_send(());
+    }
+
+    /// Puts back what a write could not finish (rows locked by another session).
+    pub(crate) fn hand_back(&self, ends: Vec<Outcome>, requeues: Vec<Requeue>, releases: Vec<JobId>) {
+        if ends.is_empty() && requeues.is_empty() && releases.is_empty() {
+            return;
+        }
+        let mut pending = lock(&self.pending);
+        pending.ends.extend(ends);
+        pending.requeues.extend(requeues);
+        pending.releases.extend(releases);
+    }
+}
+
