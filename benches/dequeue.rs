@@ -103,10 +103,10 @@ fn run(
                     let t0 = Instant::now();
                     let claim = claimer.claim(&mut conn, batch).unwrap();
                     claim_us.fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    if claim.lost_race {
+                    if claim.lost_race() {
                         lost.fetch_add(1, Ordering::Relaxed);
                     }
-                    if claim.jobs.is_empty() && claim.lost_race {
+                    if claim.jobs.is_empty() && claim.lost_race() {
                         // Another claim took the candidates first: claim again at once.
                         continue;
                     }

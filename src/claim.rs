@@ -33,18 +33,23 @@ const GIVE_UP: Duration = Duration::from_secs(30);
 pub struct Claim {
     /// The claimed jobs, highest priority first, then lowest id.
     pub jobs: Vec<Job>,
+    /// With [`Claimer::complete_and_claim`]: the ids whose outcome was written (still
+    /// owned by this worker, now deleted or held, with their log row). Empty otherwise,
+    /// and after a lost race, which writes nothing.
+    pub ended: Vec<JobId>,
+    /// How the claim lost a race, if it did (see [`Claim::lost_race`]).
+    pub lost: Option<LostRace>,
+}
+
+impl Claim {
     /// True when the claim lost a race and eligible work may remain, so the caller should
     /// claim again soon rather than wait: it lost a capacity slot to a concurrent claim
     /// (the batch is then empty), was a deadlock victim, or found candidates of a limited
     /// entrypoint locked or taken by a concurrent claim (it may then hold fewer jobs
     /// than it could have).
-    pub lost_race: bool,
-    /// With [`Claimer::complete_and_claim`]: the ids whose outcome was written (still
-    /// owned by this worker, now deleted or held, with their log row). Empty otherwise,
-    /// and after a lost race, which writes nothing.
-    pub ended: Vec<JobId>,
-    /// How the race was lost, when [`Claim::lost_race`] is set.
-    pub lost: Option<LostRace>,
+    pub fn lost_race(&self) -> bool {
+        self.lost.is_some()
+    }
 }
 
 /// How a claim lost a race ([`Claim::lost`]).
@@ -428,7 +433,6 @@ impl Claimer {
                     if self.capacity_gated {
                         let contended: i64 = row.try_get("contended")?;
                         if contended > 0 {
-                            claim.lost_race = true;
                             claim.lost = Some(LostRace::Contended);
                         }
                     }
@@ -445,7 +449,6 @@ impl Claimer {
                 kind if kind.is_lost_race() => {
                     log::trace!("claim lost a race ({kind:?}); reporting an empty batch");
                     Ok(Claim {
-                        lost_race: true,
                         lost: Some(if kind == ErrorKind::Deadlock {
                             LostRace::Deadlock
                         } else {

@@ -185,7 +185,7 @@ impl WorkerBuilder {
     /// next batch is claimed, and its commit paid, while the current one runs, and its
     /// jobs wait in the worker for a thread, about one short job's run. Such jobs are
     /// held like running ones (heartbeats, cancellation) and go back to the queue at
-    /// shutdown. Where a limit is at stake, or handlers take longer, the worker holds only the jobs its
+    /// shutdown. Where a limit is at stake, or handlers take longer, the worker owns only the jobs its
     /// threads run, so that idle threads of other workers are not kept waiting. Accepts
     /// 1 to 10,000.
     #[must_use]
@@ -223,7 +223,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// At most this many jobs held by this worker at once, enforced in the claim
+    /// At most this many jobs owned by this worker at once, enforced in the claim
     /// statement (PgQueuer's `max_concurrent_tasks`). Defaults to no limit beyond the
     /// thread count.
     #[must_use]
@@ -438,7 +438,7 @@ pub(crate) struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// How often held jobs get a heartbeat: half the timeout, as PgQueuer does.
+    /// How often owned jobs get a heartbeat: half the timeout, as PgQueuer does.
     pub(crate) fn heartbeat_interval(&self) -> Duration {
         self.claimer.heartbeat_timeout() / 2
     }

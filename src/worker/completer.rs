@@ -195,7 +195,7 @@ impl Writer<'_> {
     }
 
     /// Writes ends in one statement; the rows written, or no longer ours, are no longer
-    /// held afterwards, and rows locked by others come back for the next round.
+    /// owned afterwards, and rows locked by others come back for the next round.
     fn ends(&mut self, ends: &[Outcome]) {
         let attempt = self.attempt("outcomes", |claimer, c| {
             claimer.complete_within(c, ends, LOCKED_RETRY)
@@ -208,7 +208,7 @@ impl Writer<'_> {
                     .filter(|o| !written.contains(&o.id) && !locked.contains(&o.id))
                 {
                     log::info!(
-                        "job {} finished but was no longer held by this worker (cancelled or \
+                        "job {} finished but was no longer owned by this worker (cancelled or \
                          re-picked); its outcome {} was not written",
                         o.id,
                         o.status.as_str()
@@ -292,7 +292,7 @@ impl Writer<'_> {
             Attempt::Done(Some(owned)) => {
                 if !owned {
                     log::warn!(
-                        "job {} ({}) was no longer held by this worker when its retry was \
+                        "job {} ({}) was no longer owned by this worker when its retry was \
                          written",
                         r.id,
                         r.entrypoint

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, select};
 
-use super::held::Stop;
+use super::owned::Stop;
 use crate::job::JobId;
 
 /// A handler still running at this many times its timeout is logged at `warn`.

@@ -43,7 +43,7 @@ const MIN_POLL: Duration = Duration::from_millis(100);
 /// one job. A job that runs long delays its successor by at most this.
 const GATHER: Duration = Duration::from_micros(200);
 
-/// Most held jobs (claimed, not yet written) beyond the thread count before claiming
+/// Most owned jobs (claimed, not yet written) beyond the thread count before claiming
 /// pauses: their rows and slots stay held until written, so claiming on would only grow
 /// the completer's debt.
 const BACKLOG_LIMIT: usize = 500;
@@ -52,7 +52,7 @@ const BACKLOG_LIMIT: usize = 500;
 pub(crate) struct Dispatcher<'a> {
     pub(crate) config: &'a WorkerConfig,
     pub(crate) doorbell: &'a Doorbell,
-    /// Where claimed jobs are held, handed over, and their outcomes wait.
+    /// Where claimed jobs are owned, handed over, and their outcomes wait.
     pub(crate) ledger: &'a Ledger,
     /// Which limited entrypoints are paused (a larger limit elsewhere, see `limits`).
     pub(crate) limits: &'a LimitWatch,
@@ -192,10 +192,10 @@ impl<'a> Dispatcher<'a> {
         None
     }
 
-    /// Waits while the completer is behind (so many jobs held that their rows and slots
+    /// Waits while the completer is behind (so many jobs owned that their rows and slots
     /// would only pile up): claims resume once it has written what ran.
     fn waited_for_completer(&self) -> bool {
-        let backlog = || self.ledger.held() >= self.config.threads + BACKLOG_LIMIT;
+        let backlog = || self.ledger.owned() >= self.config.threads + BACKLOG_LIMIT;
         if !backlog() {
             return false;
         }
@@ -294,13 +294,13 @@ impl<'a> Dispatcher<'a> {
         let n = claim.jobs.len();
         lead.last_full = n == take;
         if n == 0 {
-            return self.after_empty_claim(lead, claim.lost.is_some());
+            return self.after_empty_claim(lead, claim.lost_race());
         }
         lead.limit_full = false;
         // A partial batch took everything due as of its snapshot (unless slots or locked
         // rows were what it lacked): until something changes, another claim would find
         // nothing. Deferred jobs are looked for again after the shortest idle wait.
-        if n < take && claim.lost.is_none() && !self.config.claimer.is_capacity_gated() {
+        if n < take && !claim.lost_race() && !self.config.claimer.is_capacity_gated() {
             lead.quiet_until = Some(Instant::now() + MIN_POLL);
         }
         let mut jobs = self.hold(claim.jobs);
@@ -363,7 +363,7 @@ impl<'a> Dispatcher<'a> {
             }
         }
         if self.drain && next_due.is_none() {
-            if self.ledger.held() == 0 && self.ledger.waiting() == 0 {
+            if self.ledger.owned() == 0 && self.ledger.waiting() == 0 {
                 log::debug!("drain: nothing queued and nothing running; stopping");
                 self.shutdown.shutdown();
                 return Step::Stop;
@@ -487,7 +487,7 @@ impl<'a> Dispatcher<'a> {
                 lost,
             );
             self.stats
-                .load(self.ledger.held() + taken, self.ledger.idle_threads());
+                .load(self.ledger.owned() + taken, self.ledger.idle_threads());
         }
         if let Ok(claim) = &claimed {
             self.second.batch_bound.store(
@@ -514,14 +514,14 @@ impl<'a> Dispatcher<'a> {
             .collect()
     }
 
-    /// The slots of `limits` that this worker's own held jobs leave free (see
-    /// [`Ledger::held_per_entrypoint`]). Other workers' jobs are not seen here: a claim
+    /// The slots of `limits` that this worker's own jobs leave free (see
+    /// [`Ledger::owned_per_entrypoint`]). Other workers' jobs are not seen here: a claim
     /// may find fewer.
     fn free_slots(&self, limits: &[usize]) -> usize {
-        let held = self.ledger.held_per_entrypoint(limits.len());
+        let owned = self.ledger.owned_per_entrypoint(limits.len());
         limits
             .iter()
-            .zip(held)
+            .zip(owned)
             .map(|(l, h)| l.saturating_sub(h))
             .sum()
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
 
-use super::held::Stop;
+use super::owned::Stop;
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, check_entrypoint};
 use crate::time::{MAX_DELAY, check_duration};

@@ -1,5 +1,5 @@
 //! Heartbeats: every half heartbeat timeout, one statement refreshes every job this
-//! worker holds, so no other worker takes them as stale. Where this worker declares
+//! worker owns, so no other worker takes them as stale. Where this worker declares
 //! concurrency limits, the same thread looks at the slots in use every few seconds (see
 //! `limits`).
 
@@ -53,7 +53,7 @@ pub(crate) fn run(
             continue;
         }
         next_beat = now + interval;
-        let ids = ledger.held_ids();
+        let ids = ledger.owned_ids();
         if ids.is_empty() {
             continue;
         }
@@ -69,11 +69,11 @@ pub(crate) fn run(
         match beat {
             Ok((refreshed, locked)) => {
                 log::trace!(
-                    "heartbeat: {} of {} held jobs refreshed",
+                    "heartbeat: {} of {} owned jobs refreshed",
                     refreshed.len(),
                     ids.len()
                 );
-                // A held job whose row is gone or no longer ours was cancelled (or
+                // An owned job whose row is gone or no longer ours was cancelled (or
                 // re-picked after this worker was presumed dead): its handler should
                 // stop. This also reaches handlers when no NOTIFY can (no LISTEN).
                 let lost: Vec<_> = ids
@@ -86,7 +86,7 @@ pub(crate) fn run(
                     next_beat = Instant::now() + retry;
                 }
                 if !lost.is_empty() && ledger.cancel(&lost) > 0 {
-                    log::debug!("held jobs no longer ours, asked to stop: {lost:?}");
+                    log::debug!("owned jobs no longer ours, asked to stop: {lost:?}");
                 }
             }
             Err(e) => {

@@ -3,7 +3,7 @@
 //!
 //! 1. **reserved** (the dispatcher): room for the job before a claim is sent, so that a
 //!    claim never takes more than threads can start ([`Ledger::reserve`]);
-//! 2. **claimed** (the dispatcher): held from now on, heartbeated and cancellable
+//! 2. **claimed** (the dispatcher): owned from now on, heartbeated and cancellable
 //!    ([`Ledger::claimed`]), then handed over ([`Ledger::hand_over`]) or kept by the
 //!    claiming thread ([`Ledger::keep_one`]);
 //! 3. **started** (a runner thread): a run grant taken with the job ([`Ledger::take`]), so
@@ -14,7 +14,7 @@
 //!    held ([`Ledger::written`]).
 //!
 //! The pieces it is made of keep one count each (`room::Room`, `handoff::Handoff`,
-//! `held::Running`, `outcomes::Outcomes`); the ledger is the one place that moves a job
+//! `owned::Owned`, `outcomes::Outcomes`); the ledger is the one place that moves a job
 //! from one to the next, and its tests hold the invariants.
 
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use super::handoff::Handoff;
-use super::held::{Running, Stop};
+use super::owned::{Owned, Stop};
 use super::outcomes::{Outcomes, Requeue};
 use super::room::Room;
 use crate::claim::Outcome;
@@ -33,7 +33,7 @@ use crate::job::{Job, JobId};
 pub(crate) struct Ledger {
     room: Room,
     handoff: Handoff,
-    held: Running,
+    owned: Owned,
     outcomes: Outcomes,
 }
 
@@ -44,7 +44,7 @@ impl Ledger {
         Ledger {
             room: Room::new(threads, ahead),
             handoff: Handoff::new(threads),
-            held: Running::default(),
+            owned: Owned::default(),
             outcomes: Outcomes::new(fold),
         }
     }
@@ -84,11 +84,11 @@ impl Ledger {
     // 2. Claimed.
 
     /// Holds the jobs a claim took (`index` gives each one's entrypoint position) and
-    /// returns those to run: a job already held (a stale re-pick of a job this worker
+    /// returns those to run: a job already owned (a stale re-pick of a job this worker
     /// still runs) is left to its run, and its room given back.
     pub(crate) fn claimed(&self, jobs: Vec<Job>, index: impl Fn(&str) -> usize) -> Vec<Job> {
         let claimed = jobs.len();
-        let fresh = self.held.add(jobs, index);
+        let fresh = self.owned.add(jobs, index);
         self.room.release(claimed - fresh.len());
         fresh
     }
@@ -137,9 +137,9 @@ impl Ledger {
         self.handoff.wait(done)
     }
 
-    /// The stop flag of a held job.
+    /// The stop flag of an owned job.
     pub(crate) fn stop_of(&self, id: JobId) -> Option<Arc<Stop>> {
-        self.held.stop_of(id)
+        self.owned.stop_of(id)
     }
 
     // 4. Finished.
@@ -174,9 +174,9 @@ impl Ledger {
 
     // 5. Written.
 
-    /// These jobs' outcomes are written (or no longer this worker's): they are not held.
+    /// These jobs' outcomes are written (or no longer this worker's): they are not owned.
     pub(crate) fn written(&self, ids: impl IntoIterator<Item = JobId>) {
-        self.held.remove(ids);
+        self.owned.remove(ids);
     }
 
     /// The ends the next claim takes along (none unless claims fold outcomes).
@@ -202,38 +202,38 @@ impl Ledger {
         &self.outcomes
     }
 
-    // Reading the held jobs.
+    // Reading the owned jobs.
 
-    /// Every held job, for the heartbeat: from its claim until its outcome is written.
-    pub(crate) fn held_ids(&self) -> Vec<JobId> {
-        self.held.ids()
+    /// Every owned job, for the heartbeat: from its claim until its outcome is written.
+    pub(crate) fn owned_ids(&self) -> Vec<JobId> {
+        self.owned.ids()
     }
 
-    /// How many jobs are held.
-    pub(crate) fn held(&self) -> usize {
-        self.held.len()
+    /// How many jobs are owned.
+    pub(crate) fn owned(&self) -> usize {
+        self.owned.len()
     }
 
-    /// Held jobs per entrypoint position (of `n`), leaving out those whose ends the next
+    /// Owned jobs per entrypoint position (of `n`), leaving out those whose ends the next
     /// claim takes along: that claim frees their slots before it takes any.
-    pub(crate) fn held_per_entrypoint(&self, n: usize) -> Vec<usize> {
-        self.held.per_entrypoint(n, &self.outcomes.foldable_ids())
+    pub(crate) fn owned_per_entrypoint(&self, n: usize) -> Vec<usize> {
+        self.owned.per_entrypoint(n, &self.outcomes.foldable_ids())
     }
 
-    /// The held jobs among `ids`.
-    pub(crate) fn held_among(&self, ids: &[JobId]) -> Vec<JobId> {
-        self.held.held_among(ids)
+    /// The owned jobs among `ids`.
+    pub(crate) fn owned_among(&self, ids: &[JobId]) -> Vec<JobId> {
+        self.owned.owned_among(ids)
     }
 
-    /// Stops the handlers of held jobs among `ids` as cancelled; returns how many.
+    /// Stops the handlers of owned jobs among `ids` as cancelled; returns how many.
     pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
-        self.held.cancel(ids)
+        self.owned.cancel(ids)
     }
 
     /// Tells every running handler that the shutdown deadline passed; returns how many
-    /// jobs are held.
+    /// jobs are owned.
     pub(crate) fn shut_down_all(&self) -> usize {
-        self.held.shut_down_all()
+        self.owned.shut_down_all()
     }
 }
 
@@ -251,8 +251,8 @@ mod tests {
         }
     }
 
-    /// A job is held from its claim until its outcome is written, whatever happens in
-    /// between, so that the heartbeat (which refreshes `held_ids`) covers it all along.
+    /// A job is owned from its claim until its outcome is written, whatever happens in
+    /// between, so that the heartbeat (which refreshes `owned_ids`) covers it all along.
     #[test]
     fn a_job_is_heartbeated_from_its_claim_until_its_outcome_is_written() {
         let ledger = Ledger::new(2, 0, false);
@@ -260,20 +260,20 @@ mod tests {
         let jobs = ledger.claimed(vec![test_job(1), test_job(2)], |_| 0);
         assert_eq!(jobs.len(), 2);
         ledger.hand_over(jobs);
-        assert_eq!(ledger.held_ids().len(), 2, "claimed, not started");
+        assert_eq!(ledger.owned_ids().len(), 2, "claimed, not started");
         let one = ledger.take().unwrap();
-        assert!(ledger.held_ids().contains(&one.id), "running");
+        assert!(ledger.owned_ids().contains(&one.id), "running");
         ledger.finished(outcome(one.id), Duration::from_micros(5));
         ledger.run_ended();
-        assert!(ledger.held_ids().contains(&one.id), "finished, not written");
+        assert!(ledger.owned_ids().contains(&one.id), "finished, not written");
         ledger.written([one.id]);
-        assert_eq!(ledger.held_ids(), [2], "written: no longer held");
-        // Shutdown: the one not started goes back, and stays held until written.
+        assert_eq!(ledger.owned_ids(), [2], "written: no longer owned");
+        // Shutdown: the one not started goes back, and stays owned until written.
         assert_eq!(ledger.release_unstarted(), 1);
-        assert_eq!(ledger.held_ids(), [2]);
+        assert_eq!(ledger.owned_ids(), [2]);
         assert_eq!(ledger.outcomes().take_all().releases, [2]);
         ledger.written([2]);
-        assert!(ledger.held_ids().is_empty());
+        assert!(ledger.owned_ids().is_empty());
         assert_eq!(ledger.room(), 2, "every reservation given back");
     }
 
@@ -295,17 +295,17 @@ mod tests {
         assert_eq!(ledger.waiting(), 2);
     }
 
-    /// A claim that brings back a job the worker already holds (a stale re-pick of its
+    /// A claim that brings back a job the worker already owns (a stale re-pick of its
     /// own running job) does not run it twice, and gives its room back.
     #[test]
-    fn a_job_already_held_is_not_claimed_twice() {
+    fn a_job_already_owned_is_not_claimed_twice() {
         let ledger = Ledger::new(2, 0, false);
         assert_eq!(ledger.reserve(1), 1);
         ledger.claimed(vec![test_job(7)], |_| 0);
         assert_eq!(ledger.reserve(1), 1);
         assert!(ledger.claimed(vec![test_job(7)], |_| 0).is_empty());
         assert_eq!(ledger.room(), 1, "the second reservation came back");
-        assert_eq!(ledger.held(), 1);
+        assert_eq!(ledger.owned(), 1);
     }
 
     /// Ends a claim took along are written by it, or come back for the completer.
@@ -319,7 +319,7 @@ mod tests {
         let taken = ledger.for_claim();
         assert_eq!(taken.len(), 2);
         ledger.after_claim(taken, &[1]);
-        assert_eq!(ledger.held_ids(), [2]);
+        assert_eq!(ledger.owned_ids(), [2]);
         assert_eq!(ledger.outcomes().take_all().ends.len(), 1, "job 2 comes back");
     }
 }

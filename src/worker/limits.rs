@@ -52,7 +52,7 @@ struct Seen {
     /// The highest slot in use at the last look, if any.
     highest_slot: Option<i64>,
     /// Slots in use at the last look.
-    held: u64,
+    in_use: u64,
     /// When the last warning about this entrypoint was logged.
     warned: Option<Instant>,
     /// A larger limit elsewhere was evident at the last look (or nothing has been
@@ -70,11 +70,11 @@ pub struct LimitStats {
     pub entrypoint: String,
     /// The concurrency limit this worker declares for it.
     pub limit: u32,
-    /// The highest slot any worker held at the last look (every 10 s), if any.
+    /// The highest slot in use at the last look (every 10 s), if any.
     pub highest_slot: Option<i64>,
-    /// How many slots were held at the last look, by every worker.
-    pub held_slots: u64,
-    /// A held slot at or above `limit` proved that another worker declares a larger
+    /// How many slots were in use at the last look, by every worker.
+    pub slots_in_use: u64,
+    /// A slot in use at or above `limit` proved that another worker declares a larger
     /// limit (at least `highest_slot + 1`).
     pub larger_limit_elsewhere: bool,
     /// This worker has stopped claiming the entrypoint because of it
@@ -95,7 +95,7 @@ impl LimitWatch {
                     pause_on_larger: options.pause_on_larger_limit,
                     seen: Mutex::new(Seen {
                         highest_slot: None,
-                        held: 0,
+                        in_use: 0,
                         warned: None,
                         larger: options.pause_on_larger_limit,
                         looked: false,
@@ -123,10 +123,10 @@ impl LimitWatch {
         let names: Vec<&str> = self.watched.iter().map(|w| w.entrypoint.as_str()).collect();
         let slots = claimer.slots_in_use(conn, &names)?;
         let mut any_paused = false;
-        for (w, (highest, held)) in self.watched.iter().zip(slots) {
+        for (w, (highest, in_use)) in self.watched.iter().zip(slots) {
             let mut seen = lock(&w.seen);
             seen.highest_slot = highest;
-            seen.held = held;
+            seen.in_use = in_use;
             let larger = highest.is_some_and(|h| h >= i64::from(w.limit));
             if larger && seen.warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                 seen.warned = Some(Instant::now());
@@ -194,7 +194,7 @@ impl LimitWatch {
                     entrypoint: w.entrypoint.clone(),
                     limit: w.limit,
                     highest_slot: seen.highest_slot,
-                    held_slots: seen.held,
+                    slots_in_use: seen.in_use,
                     larger_limit_elsewhere: seen.larger && seen.looked,
                     paused: seen.larger && w.pause_on_larger,
                 }

@@ -100,7 +100,7 @@ impl Listener<'_> {
         Ok(client)
     }
 
-    /// Acts on one notification payload. Cancellations of held jobs are not acted on
+    /// Acts on one notification payload. Cancellations of owned jobs are not acted on
     /// here: they go to `unconfirmed`, to be checked against the database (any role may
     /// send a NOTIFY on the channel, so an event alone never stops a handler).
     fn handle(
@@ -124,7 +124,7 @@ impl Listener<'_> {
             }
             Ok(Event::Cancellation(c)) => {
                 let until = Instant::now() + CONFIRM_WINDOW;
-                for id in self.ledger.held_among(&c.ids) {
+                for id in self.ledger.owned_among(&c.ids) {
                     if !unconfirmed.iter().any(|(held, _)| *held == id) {
                         unconfirmed.push((id, until));
                     }
@@ -165,8 +165,8 @@ impl Listener<'_> {
             .filter(|id| !owned.contains(id))
             .collect();
         if !gone.is_empty() {
-            let held = self.ledger.cancel(&gone);
-            log::debug!("{held} held jobs cancelled (rows deleted): {gone:?}");
+            let cancelled = self.ledger.cancel(&gone);
+            log::debug!("{cancelled} owned jobs cancelled (rows deleted): {gone:?}");
         }
         let now = Instant::now();
         unconfirmed.retain(|(id, until)| {

@@ -5,7 +5,7 @@
 //! changes; the **dispatcher** claims as many jobs as executor threads are idle and hands
 //! them over; an **executor** runs each and hands its outcome to the **completer**, which
 //! writes it (or lets the dispatcher fold it into its next claim); the **heartbeat**
-//! thread keeps every held job fresh meanwhile. The dispatcher's primary lane and the
+//! thread keeps every owned job fresh meanwhile. The dispatcher's primary lane and the
 //! executors share one set of threads (`runner`): whichever thread leads claims, and on
 //! an idle worker runs a lone job it claimed itself. The shared pieces are in `state`.
 
@@ -18,7 +18,7 @@ mod entrypoint;
 mod executor;
 mod handoff;
 mod heartbeat;
-mod held;
+mod owned;
 mod jitter;
 mod ledger;
 mod limits;
@@ -108,7 +108,7 @@ impl Worker {
         WorkerBuilder::new(pool)
     }
 
-    /// This worker's id, written to `queue_manager_id` of the jobs it holds.
+    /// This worker's id, written to `queue_manager_id` of the jobs it owns.
     pub fn id(&self) -> Uuid {
         self.config.claimer.worker_id()
     }
@@ -296,7 +296,7 @@ impl Worker {
 }
 
 /// Waits for shutdown, then, past the deadline, tells every running handler to stop
-/// ([`held::Stop::shut_down`]; not a cancellation: the outcome stays the handler's).
+/// ([`owned::Stop::shut_down`]; not a cancellation: the outcome stays the handler's).
 fn enforce_deadline(
     config: &WorkerConfig,
     shutdown: &ShutdownHandle,
@@ -309,9 +309,9 @@ fn enforce_deadline(
     };
     // `alive` disconnects when every executor has exited.
     if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = alive.recv_timeout(deadline) {
-        let held = ledger.shut_down_all();
+        let owned = ledger.shut_down_all();
         log::warn!(
-            "shutdown deadline of {deadline:?} passed with {held} jobs still held; asking \
+            "shutdown deadline of {deadline:?} passed with {owned} jobs still owned; asking \
              their handlers to stop (each keeps its job until it returns, and gets the \
              outcome it returns)"
         );

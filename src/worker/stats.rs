@@ -46,7 +46,7 @@ pub(crate) mod names {
     pub(crate) const START_LATENCY: &str = "pgqueuer_start_latency_seconds";
     pub(crate) const JOBS_RUNNING: &str = "pgqueuer_jobs_running";
     pub(crate) const THREADS_IDLE: &str = "pgqueuer_threads_idle";
-    pub(crate) const SLOTS_HELD: &str = "pgqueuer_slots_held";
+    pub(crate) const SLOTS_IN_USE: &str = "pgqueuer_slots_in_use";
     pub(crate) const JOBS_RELEASED: &str = "pgqueuer_jobs_released_total";
     pub(crate) const WRITE_FAILURES: &str = "pgqueuer_outcome_write_failures_total";
 }
@@ -174,7 +174,7 @@ struct PerEntrypoint {
     handler: Timing,
     start_latency: Timing,
     /// Limited entrypoints only.
-    slots_held: Option<Level>,
+    slots_in_use: Option<Level>,
 }
 
 impl PerEntrypoint {
@@ -195,7 +195,7 @@ impl PerEntrypoint {
             retried: Count::new(names::JOBS_RETRIED, &e),
             handler: Timing::new(names::HANDLER_DURATION, &e),
             start_latency: Timing::new(names::START_LATENCY, &e),
-            slots_held: limited.then(|| Level::new(names::SLOTS_HELD, &e)),
+            slots_in_use: limited.then(|| Level::new(names::SLOTS_IN_USE, &e)),
         }
     }
 
@@ -449,7 +449,7 @@ impl Stats {
         }
     }
 
-    /// How many jobs the worker holds and how many threads are idle, now.
+    /// How many jobs the worker owns and how many threads are idle, now.
     pub(crate) fn load(&self, running: usize, idle: usize) {
         self.running.set(running as u64);
         self.idle_threads.set(idle as u64);
@@ -459,8 +459,8 @@ impl Stats {
     /// entrypoint.
     pub(crate) fn slots_seen(&self, limits: &LimitWatch) {
         for l in limits.stats() {
-            if let Some(level) = self.of(&l.entrypoint).and_then(|e| e.slots_held.as_ref()) {
-                level.set(l.held_slots);
+            if let Some(level) = self.of(&l.entrypoint).and_then(|e| e.slots_in_use.as_ref()) {
+                level.set(l.slots_in_use);
             }
         }
     }
@@ -523,7 +523,7 @@ fn describe() {
     describe_gauge!(
         names::JOBS_RUNNING,
         Unit::Count,
-        "Jobs this worker holds (claimed, not yet written)."
+        "Jobs this worker owns (claimed, not yet written)."
     );
     describe_gauge!(
         names::THREADS_IDLE,
@@ -541,9 +541,9 @@ fn describe() {
         "Statements writing job outcomes that failed (each attempt counts)."
     );
     describe_gauge!(
-        names::SLOTS_HELD,
+        names::SLOTS_IN_USE,
         Unit::Count,
-        "Concurrency slots held by every worker, at the last look."
+        "Concurrency slots in use by every worker, at the last look."
     );
 }
 

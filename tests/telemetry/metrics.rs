@@ -256,10 +256,10 @@ fn the_recorder_counts_a_known_workload_exactly() {
         gauge(&m, "pgqueuer_jobs_running", &[]) as u64,
         snapshot.running
     );
-    let held_slots = gauge(&m, "pgqueuer_slots_held", &[("entrypoint", "one")]);
+    let slots_in_use = gauge(&m, "pgqueuer_slots_in_use", &[("entrypoint", "one")]);
     assert!(
-        held_slots == 0.0 || held_slots == 1.0,
-        "slots held {held_slots}"
+        slots_in_use == 0.0 || slots_in_use == 1.0,
+        "slots held {slots_in_use}"
     );
 }
 

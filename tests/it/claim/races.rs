@@ -92,7 +92,7 @@ fn a_higher_priority_arrival_cannot_overshoot_the_limit() {
             tx.commit().unwrap();
             let claim = b_thread.join().unwrap();
             assert!(
-                claim.jobs.is_empty() && claim.lost_race,
+                claim.jobs.is_empty() && claim.lost_race(),
                 "B must lose the slot race: {claim:?}"
             );
             assert_eq!(

@@ -31,7 +31,7 @@ fn a_larger_python_limit_is_reported_with_the_numbers() {
     assert_eq!(limits.entrypoint, ep);
     assert_eq!(limits.limit, 2);
     assert_eq!(limits.highest_slot, Some(3));
-    assert_eq!(limits.held_slots, 4);
+    assert_eq!(limits.slots_in_use, 4);
     assert!(!limits.paused);
     let warned = captured(&format!("entrypoint {ep:?}: a job holds slot 3"));
     assert!(

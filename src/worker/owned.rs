@@ -1,4 +1,4 @@
-//! The jobs a worker holds (claimed and not yet written), each with its [`Stop`].
+//! The jobs a worker owns (claimed and not yet written), each with its [`Stop`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::job::{Job, JobId};
 use crate::lock::lock;
 
-/// Why a held job's handler should stop, as it sees it through its `Context`.
+/// Why an owned job's handler should stop, as it sees it through its `Context`.
 ///
 /// The reasons are kept apart because they end a job differently: only a cancellation
 /// (the job's row deleted by `cancel`, confirmed against the database) records
@@ -66,27 +66,27 @@ impl Stop {
     }
 }
 
-/// The jobs this worker holds (claimed and not yet written), each with its [`Stop`].
+/// The jobs this worker owns (claimed and not yet written), each with its [`Stop`].
 /// The dispatcher adds claimed jobs; executors read their job's flag; the completer
 /// removes a job once its outcome is written (or the claim that folded it in does); the
 /// heartbeat thread refreshes every id; the listener, the shutdown deadline and the
 /// timeout watch stop handlers through it.
 #[derive(Default)]
-pub(crate) struct Running(Mutex<HashMap<JobId, Held>>);
+pub(crate) struct Owned(Mutex<HashMap<JobId, Entry>>);
 
-/// A held job: its stop flag, and its entrypoint's position in registration order.
-struct Held {
+/// An owned job: its stop flag, and its entrypoint's position in registration order.
+struct Entry {
     stop: Arc<Stop>,
     entrypoint: usize,
 }
 
-impl Running {
-    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Held>> {
+impl Owned {
+    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Entry>> {
         lock(&self.0)
     }
 
-    /// Holds `jobs`; `index` gives each one's entrypoint position. Returns the jobs that
-    /// were not held already: a job this worker still holds can come back from a claim
+    /// Owns `jobs`; `index` gives each one's entrypoint position. Returns the jobs that
+    /// were not owned already: a job this worker still owns can come back from a claim
     /// as a stale re-pick (its heartbeat lagged past the timeout while its handler ran,
     /// and the claim statement re-picks stale rows of any worker, this one included, as
     /// PgQueuer's does). Its running handler keeps it: running it a second time beside
@@ -99,14 +99,14 @@ impl Running {
                 std::collections::hash_map::Entry::Occupied(_) => {
                     log::warn!(
                         "pgqueuer: job {} ({}) was re-picked as stale while this worker still \
-                         holds it (its heartbeat lagged past heartbeat_timeout); it stays with \
+                         owns it (its heartbeat lagged past heartbeat_timeout); it stays with \
                          the run already under way",
                         job.id,
                         job.entrypoint
                     );
                 }
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(Held {
+                std::collections::hash_map::Entry::Vacant(vacant) => {
+                    vacant.insert(Entry {
                         stop: Arc::new(Stop::default()),
                         entrypoint: index(&job.entrypoint),
                     });
@@ -117,18 +117,18 @@ impl Running {
         fresh
     }
 
-    /// How many jobs of each of `n` entrypoints are held, leaving out `except`.
+    /// How many jobs of each of `n` entrypoints are owned, leaving out `except`.
     pub(crate) fn per_entrypoint(&self, n: usize, except: &[JobId]) -> Vec<usize> {
         let map = self.map();
         let mut counts = vec![0usize; n];
-        for held in map.values() {
-            if let Some(c) = counts.get_mut(held.entrypoint) {
+        for entry in map.values() {
+            if let Some(c) = counts.get_mut(entry.entrypoint) {
                 *c += 1;
             }
         }
-        // One lookup per excepted id rather than a scan of them per held job.
-        for held in except.iter().filter_map(|id| map.get(id)) {
-            if let Some(c) = counts.get_mut(held.entrypoint) {
+        // One lookup per excepted id rather than a scan of them per owned job.
+        for entry in except.iter().filter_map(|id| map.get(id)) {
+            if let Some(c) = counts.get_mut(entry.entrypoint) {
                 *c = c.saturating_sub(1);
             }
         }
@@ -142,32 +142,32 @@ impl Running {
         }
     }
 
-    /// The [`Stop`] of `id`, if it is held.
+    /// The [`Stop`] of `id`, if it is owned.
     pub(crate) fn stop_of(&self, id: JobId) -> Option<Arc<Stop>> {
         self.map().get(&id).map(|h| h.stop.clone())
     }
 
-    /// Cancels the held jobs among `ids`; returns how many were held.
+    /// Cancels the owned jobs among `ids`; returns how many were owned.
     pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
         let map = self.map();
         ids.iter()
             .filter_map(|id| map.get(id))
-            .map(|held| held.stop.cancel())
+            .map(|entry| entry.stop.cancel())
             .count()
     }
 
-    /// Tells every held job's handler that the shutdown deadline has passed; returns
-    /// how many jobs are held.
+    /// Tells every owned job's handler that the shutdown deadline has passed; returns
+    /// how many jobs are owned.
     pub(crate) fn shut_down_all(&self) -> usize {
         let map = self.map();
-        for held in map.values() {
-            held.stop.shut_down();
+        for entry in map.values() {
+            entry.stop.shut_down();
         }
         map.len()
     }
 
-    /// The ids among `ids` that this worker holds.
-    pub(crate) fn held_among(&self, ids: &[JobId]) -> Vec<JobId> {
+    /// The ids among `ids` that this worker owns.
+    pub(crate) fn owned_among(&self, ids: &[JobId]) -> Vec<JobId> {
         let map = self.map();
         ids.iter()
             .copied()
