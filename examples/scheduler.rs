@@ -52,10 +52,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let process = format!("pid-{}", std::process::id());
     let handler_pool = pool.clone();
-    let mut scheduler = Scheduler::new(pool);
-    scheduler
+    let scheduler = Scheduler::builder(pool)
         .threads(1)
-        .schedule(entrypoint, &expression, move |schedule| {
+        .schedule(&entrypoint, &expression, move |schedule| {
             let mut conn = handler_pool.get()?;
             conn.execute(
                 "INSERT INTO scheduler_example_fires (process, schedule_id, picked_at, next_run)
@@ -70,7 +69,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let at = schedule.updated.duration_since(UNIX_EPOCH)?;
             log::info!("{process} fired schedule {} claimed at {at:?}", schedule.id);
             Ok(())
-        })?;
+        })
+        .build()?;
 
     let stop = scheduler.shutdown_handle();
     let timer = std::thread::spawn(move || {

@@ -121,7 +121,7 @@ pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
 pub use queue::{
     EnqueueTarget, Explanation, NewJob, OnConflict, Queue, QueueOn, QueueSize, SlotHolder,
 };
-pub use schedules::{Schedule, ScheduleId, Scheduler};
+pub use schedules::{RunningScheduler, Schedule, ScheduleId, Scheduler, SchedulerBuilder};
 pub use schema::{
     UpgradePlan, UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade,
     upgrade_plan_with, upgrade_sql, upgrade_with, verify, verify_with,

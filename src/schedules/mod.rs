@@ -34,7 +34,7 @@ mod scheduler;
 use crate::job::{Status, parse_status};
 use crate::settings::Settings;
 use crate::sql::schedule::ScheduleSql;
-pub use scheduler::Scheduler;
+pub use scheduler::{RunningScheduler, Scheduler, SchedulerBuilder};
 
 /// A schedule's id (`pgqueuer_schedules.id`).
 pub type ScheduleId = i64;

@@ -55,21 +55,24 @@ const RELEASE_ATTEMPTS: u32 = 3;
 /// identified by its entrypoint and its [normalized](Cron::normalized) expression, so
 /// `0 9 * * MON` registered in Rust and `0 9 * * mon` in Python are one schedule.
 ///
+/// Built and run as a [`crate::Worker`] is: [`Scheduler::builder`], then
+/// [`Scheduler::run`] (blocking) or [`Scheduler::start`] (in the background).
+///
 /// ```no_run
 /// # fn main() -> Result<(), pgqueuer::Error> {
 /// use pgqueuer::Scheduler;
 ///
 /// let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
-/// let mut scheduler = Scheduler::new(pool);
-/// scheduler
+/// let scheduler = Scheduler::builder(pool)
 ///     .schedule("nightly_report", "@daily", |schedule| {
 ///         println!("report for schedule {}", schedule.id);
 ///         Ok(())
-///     })?
-///     .schedule("poll", "* * * * * */10", |_| Ok(()))?;
-/// let stop = scheduler.shutdown_handle();
-/// # stop.shutdown();
-/// scheduler.run()?; // until stop.shutdown() is called from another thread
+///     })
+///     .schedule("poll", "* * * * * */10", |_| Ok(()))
+///     .build()?; // checks the expressions and the schema
+/// let running = scheduler.start()?;
+/// // ...
+/// running.join()?; // stops claiming, lets running handlers finish
 /// # Ok(())
 /// # }
 /// ```
@@ -78,8 +81,8 @@ const RELEASE_ATTEMPTS: u32 = 3;
 ///
 /// [`Scheduler::run`] inserts a row for every registration that has none (the first
 /// fire is the next cron time), then loops: claim the due rows, hand them to a pool of
-/// [`threads`](Scheduler::threads) handler threads, sleep until the earliest next fire
-/// of any registration. A handler's row stays `picked` while it runs and is marked
+/// [`threads`](SchedulerBuilder::threads) handler threads, sleep until the earliest next
+/// fire of any registration. A handler's row stays `picked` while it runs and is marked
 /// alive every second; afterwards it goes back to `queued` with `last_run` set, whether
 /// the handler succeeded, failed or panicked (failures and panics are logged). A row
 /// whose heartbeat is more than 30 s old is taken over by the next scheduler that looks,
@@ -130,36 +133,37 @@ impl fmt::Debug for Scheduler {
     }
 }
 
-impl Scheduler {
-    /// How many handler threads [`Scheduler::threads`] defaults to.
-    pub const DEFAULT_THREADS: usize = 4;
+/// Configures a [`Scheduler`]; made by [`Scheduler::builder`]. A bad registration is
+/// reported by [`SchedulerBuilder::build`], so that the calls chain.
+#[must_use]
+pub struct SchedulerBuilder {
+    pool: Pool,
+    settings: Settings,
+    registrations: Vec<Registration>,
+    clean_old: BTreeSet<String>,
+    threads: usize,
+    /// The first bad registration, reported by `build()`.
+    error: Option<Error>,
+}
 
-    /// A scheduler using PgQueuer's default object names.
-    pub fn new(pool: Pool) -> Scheduler {
-        Scheduler::build(pool, Settings::default())
+impl fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("schedules_table", &self.settings.schedules_table)
+            .field("registrations", &self.registrations.len())
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
     }
+}
 
-    /// A scheduler using the object names of `settings` (prefix, schema...).
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`] when a name is not acceptable.
-    pub fn with_settings(pool: Pool, settings: &Settings) -> Result<Scheduler> {
-        settings.validate()?;
-        Ok(Scheduler::build(pool, settings.clone()))
-    }
+/// The most handler threads a scheduler takes (as a worker's `threads`).
+const MAX_THREADS: usize = 4096;
 
-    fn build(pool: Pool, settings: Settings) -> Scheduler {
-        let (shutdown, stop) = ShutdownHandle::new();
-        Scheduler {
-            pool,
-            sql: Arc::new(ScheduleSql::new(&settings)),
-            settings,
-            registrations: Vec::new(),
-            clean_old: BTreeSet::new(),
-            threads: Scheduler::DEFAULT_THREADS,
-            shutdown,
-            stop,
-        }
+impl SchedulerBuilder {
+    /// Object names. Defaults to PgQueuer's ([`Settings::default`]).
+    pub fn settings(mut self, settings: &Settings) -> Self {
+        self.settings = settings.clone();
+        self
     }
 
     /// Registers `handler` to run at the times of the cron `expression` (see [`Cron`]
@@ -170,22 +174,28 @@ impl Scheduler {
     /// The handler gets the schedule's row (see [`Schedule`]). An error it returns, and
     /// a panic, are logged; neither stops the scheduler or the schedule.
     ///
-    /// # Errors
-    /// [`Error::InvalidInput`] naming the cron field for a bad expression, naming
-    /// `entrypoint` for an empty name or one holding a NUL character, and naming
-    /// `schedule` when this entrypoint is already registered with an expression that
-    /// normalizes to the same text.
-    pub fn schedule<F>(
-        &mut self,
-        entrypoint: impl Into<String>,
-        expression: &str,
-        handler: F,
-    ) -> Result<&mut Scheduler>
+    /// [`SchedulerBuilder::build`] rejects a bad expression (naming its field), an empty
+    /// `entrypoint` or one holding a NUL character, and an entrypoint registered twice
+    /// with expressions that normalize to the same text.
+    pub fn schedule<F>(mut self, entrypoint: &str, expression: &str, handler: F) -> Self
     where
         F: Fn(&Schedule) -> Result<(), HandlerError> + Send + Sync + 'static,
     {
-        let entrypoint = entrypoint.into();
-        check_entrypoint("entrypoint", &entrypoint)?;
+        match self.registration(entrypoint, expression) {
+            Ok((entrypoint, cron)) => self.registrations.push(Registration {
+                entrypoint,
+                cron,
+                handler: Arc::new(handler),
+            }),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    fn registration(&self, entrypoint: &str, expression: &str) -> Result<(String, Cron)> {
+        check_entrypoint("entrypoint", entrypoint)?;
         let cron = Cron::parse(expression)?;
         if self
             .registrations
@@ -201,35 +211,85 @@ impl Scheduler {
                 ),
             ));
         }
-        self.registrations.push(Registration {
-            entrypoint,
-            cron,
-            handler: Arc::new(handler),
-        });
-        Ok(self)
+        Ok((entrypoint.to_owned(), cron))
     }
 
     /// When `run` starts, delete every schedule row of `entrypoint` first (whatever its
     /// expression), so that expressions no longer registered stop firing; the current
     /// registrations are then inserted afresh (PgQueuer's `clean_old=True`). The
     /// entrypoint need not be registered here. Defaults to keeping old rows.
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] naming `entrypoint` for an empty name or one holding a
-    /// NUL character.
-    pub fn clean_old(&mut self, entrypoint: impl Into<String>) -> Result<&mut Scheduler> {
-        let entrypoint = entrypoint.into();
-        check_entrypoint("entrypoint", &entrypoint)?;
-        self.clean_old.insert(entrypoint);
-        Ok(self)
+    /// [`SchedulerBuilder::build`] rejects an empty name or one holding a NUL character.
+    pub fn clean_old(mut self, entrypoint: &str) -> Self {
+        match check_entrypoint("entrypoint", entrypoint) {
+            Ok(()) => {
+                self.clean_old.insert(entrypoint.to_owned());
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
     }
 
-    /// How many threads run handlers; schedules due while all are busy wait (still
-    /// claimed and kept alive) for one to come free. Zero is rejected by
-    /// [`Scheduler::run`]. Defaults to [`Scheduler::DEFAULT_THREADS`] (4).
-    pub fn threads(&mut self, threads: usize) -> &mut Scheduler {
+    /// How many threads run handlers (1 to 4096); schedules due while all are busy wait
+    /// (still claimed and kept alive) for one to come free. Defaults to
+    /// [`Scheduler::DEFAULT_THREADS`] (4).
+    pub fn threads(mut self, threads: usize) -> Self {
         self.threads = threads;
         self
+    }
+
+    /// Checks the registrations, the settings and the database schema.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for the first bad registration (see
+    /// [`SchedulerBuilder::schedule`]) or `threads` out of range;
+    /// [`Error::InvalidSetting`] for an unacceptable object name; [`Error::Schema`] when
+    /// the database lacks PgQueuer's tables (run `upgrade()`); [`Error::Pool`] or
+    /// [`Error::Db`] when the schema cannot be checked.
+    pub fn build(self) -> Result<Scheduler> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(Error::invalid(
+                "threads",
+                format!(
+                    "{} handler threads: a scheduler takes 1 to {MAX_THREADS}",
+                    self.threads
+                ),
+            ));
+        }
+        self.settings.validate()?;
+        crate::schema::verify_with(self.pool.get()?.client(), &self.settings)?;
+        let (shutdown, stop) = ShutdownHandle::new();
+        Ok(Scheduler {
+            sql: Arc::new(ScheduleSql::new(&self.settings)),
+            pool: self.pool,
+            settings: self.settings,
+            registrations: self.registrations,
+            clean_old: self.clean_old,
+            threads: self.threads,
+            shutdown,
+            stop,
+        })
+    }
+}
+
+impl Scheduler {
+    /// How many handler threads [`SchedulerBuilder::threads`] defaults to.
+    pub const DEFAULT_THREADS: usize = 4;
+
+    /// A builder using `pool`.
+    pub fn builder(pool: Pool) -> SchedulerBuilder {
+        SchedulerBuilder {
+            pool,
+            settings: Settings::default(),
+            registrations: Vec::new(),
+            clean_old: BTreeSet::new(),
+            threads: Scheduler::DEFAULT_THREADS,
+            error: None,
+        }
     }
 
     /// A handle that stops [`Scheduler::run`] from any thread.
@@ -244,17 +304,9 @@ impl Scheduler {
     /// retried with a growing wait of up to 30 s; they do not end `run`.
     ///
     /// # Errors
-    /// Before any schedule runs: [`Error::InvalidInput`] naming `threads` when it is
-    /// zero; [`Error::Schema`] when the database lacks PgQueuer's tables (run
-    /// `upgrade()`); [`Error::Pool`] or [`Error::Db`] when the schedules cannot be
-    /// cleaned or inserted.
-    pub fn run(&mut self) -> Result<()> {
-        if self.threads == 0 {
-            return Err(Error::invalid(
-                "threads",
-                "a scheduler needs at least one handler thread",
-            ));
-        }
+    /// Before any schedule runs: [`Error::Pool`] or [`Error::Db`] when the schedules
+    /// cannot be cleaned or inserted; [`Error::Worker`] when a thread cannot be started.
+    pub fn run(&self) -> Result<()> {
         if self.shutdown.is_shutdown() {
             return Ok(());
         }
@@ -323,10 +375,25 @@ impl Scheduler {
         })
     }
 
-    /// Checks the schema, deletes `clean_old` rows and inserts missing schedules.
+    /// Runs in a background thread; the returned handle stops and joins it when dropped.
+    ///
+    /// # Errors
+    /// [`Error::Worker`] when the thread cannot be spawned.
+    pub fn start(self) -> Result<RunningScheduler> {
+        let shutdown = self.shutdown.clone();
+        let thread = thread::Builder::new()
+            .name("pgqueuer-scheduler".into())
+            .spawn(move || self.run())
+            .map_err(|e| Error::Worker(format!("cannot spawn the scheduler thread: {e}")))?;
+        Ok(RunningScheduler {
+            shutdown,
+            thread: Some(thread),
+        })
+    }
+
+    /// Deletes `clean_old` rows and inserts missing schedules.
     fn prepare(&self) -> Result<()> {
         let mut conn = self.pool.get()?;
-        crate::schema::verify_with(conn.client(), &self.settings)?;
         if !self.clean_old.is_empty() {
             let names: Vec<&str> = self.clean_old.iter().map(String::as_str).collect();
             let no_ids: &[ScheduleId] = &[];
@@ -366,6 +433,54 @@ impl Scheduler {
             ],
         )?;
         Ok(())
+    }
+}
+
+/// A scheduler running in a background thread ([`Scheduler::start`]). Dropping it shuts
+/// the scheduler down and waits for it; [`RunningScheduler::join`] does the same and
+/// returns the outcome.
+#[derive(Debug)]
+pub struct RunningScheduler {
+    shutdown: ShutdownHandle,
+    thread: Option<thread::JoinHandle<Result<()>>>,
+}
+
+impl RunningScheduler {
+    /// A handle to stop the scheduler.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Asks the scheduler to stop and waits until it has.
+    ///
+    /// # Errors
+    /// As [`Scheduler::run`].
+    pub fn join(self) -> Result<()> {
+        self.shutdown.shutdown();
+        self.wait()
+    }
+
+    /// Waits until the scheduler is stopped elsewhere (through a [`ShutdownHandle`]).
+    ///
+    /// # Errors
+    /// As [`Scheduler::run`].
+    pub fn wait(mut self) -> Result<()> {
+        match self.thread.take().map(thread::JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(Error::Worker("the scheduler thread panicked".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningScheduler {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.shutdown.shutdown();
+            if let Ok(Err(e)) = thread.join() {
+                log::warn!("pgqueuer scheduler stopped with an error: {e}");
+            }
+        }
     }
 }
 

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, select};
 
 use super::builder::WorkerConfig;
-use super::loop_conn::LoopConn;
 use super::doorbell::{Doorbell, Wake};
 use super::ledger::Ledger;
+use super::loop_conn::LoopConn;
 use super::outcomes::{MAX_BATCH, Outcomes, Pending, Requeue};
 use super::stats::Stats;
 use crate::claim::{Claimer, Outcome};

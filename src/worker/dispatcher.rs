@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::builder::WorkerConfig;
-use super::loop_conn::LoopConn;
 use super::doorbell::{Doorbell, Wake};
 use super::jitter::Jitter;
 use super::ledger::Ledger;
 use super::limits::LimitWatch;
+use super::loop_conn::LoopConn;
 use super::stats::{Lost, Stats};
 use crate::claim::{Claim, LostRace, NextWake};
 use crate::job::Job;

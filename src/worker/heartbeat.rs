@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::builder::WorkerConfig;
-use super::loop_conn::LoopConn;
 use super::ledger::Ledger;
 use super::limits::{self, LimitWatch};
+use super::loop_conn::LoopConn;
 use super::stats::Stats;
 
 /// How long a beat retries rows another session holds locked before it leaves them for

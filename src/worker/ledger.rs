@@ -23,8 +23,8 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use super::handoff::Handoff;
-use super::owned::{Owned, Stop};
 use super::outcomes::{Outcomes, Requeue};
+use super::owned::{Owned, Stop};
 use super::room::Room;
 use crate::claim::Outcome;
 use crate::job::{Job, JobId};
@@ -265,7 +265,10 @@ mod tests {
         assert!(ledger.owned_ids().contains(&one.id), "running");
         ledger.finished(outcome(one.id), Duration::from_micros(5));
         ledger.run_ended();
-        assert!(ledger.owned_ids().contains(&one.id), "finished, not written");
+        assert!(
+            ledger.owned_ids().contains(&one.id),
+            "finished, not written"
+        );
         ledger.written([one.id]);
         assert_eq!(ledger.owned_ids(), [2], "written: no longer owned");
         // Shutdown: the one not started goes back, and stays owned until written.
@@ -320,6 +323,10 @@ mod tests {
         assert_eq!(taken.len(), 2);
         ledger.after_claim(taken, &[1]);
         assert_eq!(ledger.owned_ids(), [2]);
-        assert_eq!(ledger.outcomes().take_all().ends.len(), 1, "job 2 comes back");
+        assert_eq!(
+            ledger.outcomes().take_all().ends.len(),
+            1,
+            "job 2 comes back"
+        );
     }
 }

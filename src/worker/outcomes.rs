@@ -135,7 +135,12 @@ impl Outcomes {
     }
 
     /// Puts back what a write could not finish (rows locked by another session).
-    pub(crate) fn hand_back(&self, ends: Vec<Outcome>, requeues: Vec<Requeue>, releases: Vec<JobId>) {
+    pub(crate) fn hand_back(
+        &self,
+        ends: Vec<Outcome>,
+        requeues: Vec<Requeue>,
+        releases: Vec<JobId>,
+    ) {
         if ends.is_empty() && requeues.is_empty() && releases.is_empty() {
             return;
         }
@@ -145,4 +150,3 @@ impl Outcomes {
         pending.releases.extend(releases);
     }
 }
-

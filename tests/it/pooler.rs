@@ -215,22 +215,21 @@ fn a_scheduler_works_through_a_transaction_pooler() {
     let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
     let pool = pool_through(&bouncer, &db, 4);
     let fired = Arc::new(AtomicU32::new(0));
-    let mut scheduler = Scheduler::new(pool);
     let count = fired.clone();
-    scheduler
+    let scheduler = Scheduler::builder(pool)
         .threads(1)
         .schedule("tick", "* * * * * *", move |_| {
             count.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })
+        .build()
+        .unwrap()
+        .start()
         .unwrap();
-    let stop = scheduler.shutdown_handle();
-    let thread = std::thread::spawn(move || scheduler.run());
     crate::harness::eventually(Duration::from_secs(10), "two firings", || {
         fired.load(Ordering::SeqCst) >= 2
     });
-    stop.shutdown();
-    thread.join().unwrap().unwrap();
+    scheduler.join().unwrap();
     drop(bouncer);
 }
 

@@ -12,7 +12,7 @@ use pgqueuer::{Cron, Error, Schedule, Scheduler, Settings, ShutdownHandle, Statu
 use crate::harness::{TestDb, scalar};
 
 /// Runs `scheduler` on a thread; returns its stop handle and the thread.
-fn start(mut scheduler: Scheduler) -> (ShutdownHandle, JoinHandle<pgqueuer::Result<()>>) {
+fn start(scheduler: Scheduler) -> (ShutdownHandle, JoinHandle<pgqueuer::Result<()>>) {
     let stop = scheduler.shutdown_handle();
     let thread = std::thread::spawn(move || scheduler.run());
     (stop, thread)
@@ -36,15 +36,15 @@ fn rows(db: &TestDb) -> Vec<Schedule> {
     schedules::list(&mut db.client(), &Settings::default()).expect("list schedules")
 }
 
-/// Registration checks happen before anything touches the database.
+/// Registration checks happen before anything touches the database: `build()` reports
+/// the first bad registration, naming what was wrong.
 #[test]
 fn registration_rejects_bad_expressions_and_duplicates() {
     let db = TestDb::new();
-    let mut scheduler = Scheduler::new(db.pool(1));
     let noop = |_: &Schedule| Ok(());
-    scheduler.schedule("report", "0 9 * * MON", noop).unwrap();
+    let builder = || Scheduler::builder(db.pool(1)).schedule("report", "0 9 * * MON", noop);
     // Same entrypoint, same normalized text: a duplicate.
-    match scheduler.schedule("report", "0  9 * * mon", noop) {
+    match builder().schedule("report", "0  9 * * mon", noop).build() {
         Err(Error::InvalidInput { field, reason }) => {
             assert_eq!(field, "schedule");
             assert!(reason.contains("0 9 * * mon"), "{reason}");
@@ -52,17 +52,38 @@ fn registration_rejects_bad_expressions_and_duplicates() {
         other => panic!("duplicate accepted: {other:?}"),
     }
     // Another entrypoint or another expression is fine.
-    scheduler.schedule("other", "0 9 * * mon", noop).unwrap();
-    scheduler.schedule("report", "@daily", noop).unwrap();
-    match scheduler.schedule("report", "0 9 * * MONDAY", noop) {
+    let fine = builder()
+        .schedule("other", "0 9 * * mon", noop)
+        .schedule("report", "@daily", noop);
+    match fine.schedule("report", "0 9 * * MONDAY", noop).build() {
         Err(Error::InvalidInput { field, reason }) => {
             assert_eq!(field, "cron day-of-week field");
             assert!(reason.contains("\"monday\""), "{reason}");
         }
         other => panic!("bad weekday accepted: {other:?}"),
     }
-    assert!(scheduler.schedule("", "@daily", noop).is_err());
-    assert!(scheduler.clean_old("a\0b").is_err());
+    let field = |r: pgqueuer::Result<Scheduler>| match r {
+        Err(Error::InvalidInput { field, .. }) => field,
+        other => panic!("accepted: {other:?}"),
+    };
+    assert_eq!(
+        field(builder().schedule("", "@daily", noop).build()),
+        "entrypoint"
+    );
+    assert_eq!(field(builder().clean_old("a\0b").build()), "entrypoint");
+    assert_eq!(field(builder().threads(0).build()), "threads");
+    assert_eq!(field(builder().threads(5000).build()), "threads");
+    // The first error is the one reported.
+    assert_eq!(
+        field(builder().threads(0).schedule("x", "nope", noop).build()),
+        "cron expression"
+    );
+    let built = builder()
+        .schedule("other", "0 9 * * mon", noop)
+        .threads(1)
+        .build()
+        .unwrap();
+    assert!(format!("{built:?}").contains("other"));
     // Nothing was written: rows appear only when run() starts.
     assert!(rows(&db).is_empty());
 }
@@ -73,14 +94,14 @@ fn registration_rejects_bad_expressions_and_duplicates() {
 fn runs_a_schedule_and_releases_it() {
     let db = TestDb::new();
     let seen: Arc<Mutex<Vec<Schedule>>> = Arc::default();
-    let mut scheduler = Scheduler::new(db.pool(4));
     let record = Arc::clone(&seen);
-    scheduler
+    let scheduler = Scheduler::builder(db.pool(4))
         .threads(1)
         .schedule("tick", "* * * * * *", move |s| {
             record.lock().unwrap().push(s.clone());
             Ok(())
         })
+        .build()
         .unwrap();
     let (stop, thread) = start(scheduler);
     assert!(
@@ -116,12 +137,13 @@ fn runs_with_prefixed_names_in_a_schema() {
     pgqueuer::upgrade_with(&mut db.client(), &settings).unwrap();
     let fired = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&fired);
-    let mut scheduler = Scheduler::with_settings(db.pool(4), &settings).unwrap();
-    scheduler
+    let scheduler = Scheduler::builder(db.pool(4))
+        .settings(&settings)
         .schedule("tick", "* * * * * *", move |_| {
             counter.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })
+        .build()
         .unwrap();
     let (stop, thread) = start(scheduler);
     assert!(wait_until(Duration::from_secs(10), || {
@@ -145,8 +167,7 @@ fn failing_and_panicking_handlers_do_not_stop_it() {
     let db = TestDb::new();
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&calls);
-    let mut scheduler = Scheduler::new(db.pool(4));
-    scheduler
+    let scheduler = Scheduler::builder(db.pool(4))
         .threads(1)
         .schedule("flaky", "* * * * * *", move |_| {
             match counter.fetch_add(1, Ordering::SeqCst) {
@@ -155,6 +176,7 @@ fn failing_and_panicking_handlers_do_not_stop_it() {
                 _ => Ok(()),
             }
         })
+        .build()
         .unwrap();
     let (stop, thread) = start(scheduler);
     assert!(
@@ -176,8 +198,7 @@ fn heartbeats_while_running_and_shutdown_waits() {
     let (claimed_tx, claimed_rx) = crossbeam_channel::unbounded();
     let (release_tx, release_rx) = crossbeam_channel::unbounded::<()>();
     let f = Arc::clone(&finished);
-    let mut scheduler = Scheduler::new(db.pool(4));
-    scheduler
+    let scheduler = Scheduler::builder(db.pool(4))
         .schedule("slow", "* * * * * *", move |s| {
             claimed_tx.send(s.heartbeat).unwrap();
             // Runs until the test has seen a heartbeat (a minute at most), then a little
@@ -187,6 +208,7 @@ fn heartbeats_while_running_and_shutdown_waits() {
             f.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })
+        .build()
         .unwrap();
     let (stop, thread) = start(scheduler);
     let claimed: SystemTime = claimed_rx
@@ -226,23 +248,27 @@ fn stale_schedules_are_taken_over() {
                     ('0 0 1 1 *', 'alive', 'picked', now() - interval '5 seconds', now() + interval '300 days')",
         )
         .unwrap();
+    let alive_heartbeat = rows(&db)
+        .into_iter()
+        .find(|r| r.entrypoint == "alive")
+        .unwrap()
+        .heartbeat;
     let fired: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut scheduler = Scheduler::new(db.pool(4));
+    let mut builder = Scheduler::builder(db.pool(4));
     for name in ["dead", "alive"] {
         let fired = Arc::clone(&fired);
-        scheduler
-            .schedule(name, "@yearly", move |s| {
-                fired.lock().unwrap().push(s.entrypoint.clone());
-                Ok(())
-            })
-            .unwrap();
+        builder = builder.schedule(name, "@yearly", move |s| {
+            fired.lock().unwrap().push(s.entrypoint.clone());
+            Ok(())
+        });
     }
-    let (stop, thread) = start(scheduler);
+    let (stop, thread) = start(builder.build().unwrap());
     assert!(wait_until(Duration::from_secs(5), || !fired
         .lock()
         .unwrap()
         .is_empty()));
-    std::thread::sleep(Duration::from_millis(500));
+    // Both rows were candidates of the claim that took the dead one; shutdown lets
+    // every claimed handler finish, so a wrongly taken "alive" would show here.
     stop.shutdown();
     thread.join().unwrap().unwrap();
     assert_eq!(*fired.lock().unwrap(), vec!["dead".to_owned()]);
@@ -254,7 +280,11 @@ fn stale_schedules_are_taken_over() {
                 let ahead = row.next_run.duration_since(SystemTime::now()).unwrap();
                 assert!(ahead <= Duration::from_secs(366 * 86_400));
             }
-            _ => assert_eq!(row.status, Some(Status::Picked)),
+            // Never claimed here: its heartbeat is the dead scheduler's still.
+            _ => {
+                assert_eq!(row.status, Some(Status::Picked));
+                assert_eq!(row.heartbeat, alive_heartbeat);
+            }
         }
     }
 }
@@ -269,11 +299,10 @@ fn clean_old_replaces_old_expressions() {
              VALUES ('0 0 * * *', 'report'), ('*/5 * * * *', 'report'), ('0 0 * * *', 'keep')",
         )
         .unwrap();
-    let mut scheduler = Scheduler::new(db.pool(4));
-    scheduler
+    let scheduler = Scheduler::builder(db.pool(4))
         .schedule("report", "@hourly", |_| Ok(()))
-        .unwrap()
         .clean_old("report")
+        .build()
         .unwrap();
     let (stop, thread) = start(scheduler);
     assert!(wait_until(Duration::from_secs(5), || {
@@ -322,14 +351,15 @@ fn list_and_remove_schedules() {
     );
 }
 
-/// Without the schema, `run` fails loudly before doing anything; after a shutdown it
-/// returns at once; zero threads is refused.
+/// Without the schema, `build` fails loudly before anything runs; after a shutdown
+/// `run` returns at once, and `start` then `join` stops a running scheduler.
 #[test]
-fn run_checks_before_starting() {
+fn build_checks_the_schema_and_run_stops_at_once() {
     let empty = TestDb::empty();
-    let mut scheduler = Scheduler::new(empty.pool(2));
-    scheduler.schedule("x", "@daily", |_| Ok(())).unwrap();
-    match scheduler.run() {
+    let built = Scheduler::builder(empty.pool(2))
+        .schedule("x", "@daily", |_| Ok(()))
+        .build();
+    match built {
         Err(Error::Schema { missing, .. }) => {
             assert!(missing.iter().any(|m| m.contains("pgqueuer_schedules")));
         }
@@ -337,10 +367,15 @@ fn run_checks_before_starting() {
     }
 
     let db = TestDb::new();
-    let mut scheduler = Scheduler::new(db.pool(2));
-    scheduler.threads(0);
-    assert!(matches!(scheduler.run(), Err(Error::InvalidInput { .. })));
-    scheduler.threads(1);
+    let scheduler = Scheduler::builder(db.pool(2))
+        .threads(1)
+        .schedule("x", "@daily", |_| Ok(()))
+        .build()
+        .unwrap();
+    let running = scheduler.start().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || rows(&db).len() == 1));
+    running.join().unwrap();
+    let scheduler = Scheduler::builder(db.pool(2)).build().unwrap();
     scheduler.shutdown_handle().shutdown();
     let t = Instant::now();
     scheduler.run().unwrap();
@@ -498,8 +533,7 @@ fn run_rust(db: &TestDb, entrypoint: &str, expression: &str, fires: usize) {
     let record = pool.clone();
     let count = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&count);
-    let mut scheduler = Scheduler::new(pool);
-    scheduler
+    let scheduler = Scheduler::builder(pool)
         .threads(1)
         .schedule(entrypoint, expression, move |s| {
             record.get()?.execute(
@@ -510,6 +544,7 @@ fn run_rust(db: &TestDb, entrypoint: &str, expression: &str, fires: usize) {
             counter.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })
+        .build()
         .unwrap();
     let (stop, thread) = start(scheduler);
     let done = wait_until(Duration::from_secs(15), || {
@@ -580,8 +615,7 @@ fn python_and_rust_run_each_others_schedules() {
     let rust = {
         let pool = db.pool(4);
         let record = pool.clone();
-        let mut scheduler = Scheduler::new(pool);
-        scheduler
+        let scheduler = Scheduler::builder(pool)
             .threads(1)
             .schedule("both", "* * * * * *", move |s| {
                 record.get()?.execute(
@@ -591,6 +625,7 @@ fn python_and_rust_run_each_others_schedules() {
                 )?;
                 Ok(())
             })
+            .build()
             .unwrap();
         start(scheduler)
     };

@@ -93,19 +93,19 @@ fn workers_follow_a_promoted_standby() {
         std::thread::spawn(move || queue.wait_for(&[last], Duration::from_secs(180)))
     };
     let fires = Arc::new(AtomicUsize::new(0));
-    let mut scheduler = Scheduler::new(small_pool());
-    {
+    let scheduler = {
         let fires = fires.clone();
-        scheduler
+        Scheduler::builder(small_pool())
             .threads(1)
             .schedule("failover_tick", "* * * * * *", move |_| {
                 fires.fetch_add(1, Ordering::SeqCst);
                 Ok(())
             })
-            .unwrap();
-    }
-    let scheduler_stop = scheduler.shutdown_handle();
-    let scheduler_thread = std::thread::spawn(move || scheduler.run());
+            .build()
+            .unwrap()
+            .start()
+            .unwrap()
+    };
     let dashboard = Dashboard::new(small_pool(), &Settings::default())
         .unwrap()
         .options(WebOptions::default())
@@ -166,8 +166,7 @@ fn workers_follow_a_promoted_standby() {
         .unwrap()
         .expect("wait_for carried on through the switch");
     assert_eq!(waited_for.len(), 1, "{waited_for:?}");
-    scheduler_stop.shutdown();
-    scheduler_thread.join().unwrap().unwrap();
+    scheduler.join().unwrap();
     dashboard.shutdown();
     terminate_all(&mut fleet);
     let twice: i64 = scalar(

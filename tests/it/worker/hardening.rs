@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use pgqueuer::{EntrypointOptions, Error, NewJob, Queue, Retry, RetryPolicy, Worker};
 
 use super::{Gate, claiming_ahead};
-use crate::harness::{TestDb, captured, eventually, log_of, scalar};
+use crate::harness::{TestDb, captured, eventually, log_of, scalar, wait_listeners};
 
 fn count(client: &mut postgres::Client, sql: &str) -> i64 {
     scalar::<i64>(client, sql)
@@ -450,6 +450,8 @@ fn a_forged_cancellation_event_stops_nothing() {
         started_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
         id
     );
+    // The event must reach a listener that is already listening.
+    wait_listeners(&mut client, &db.name, 1, &[], Duration::from_secs(10));
     let forged = format!(
         r#"{{"channel":"ch_pgqueuer","sent_at":"2026-12-03T00:00:00Z","type":"cancellation_event","received_at":"2026-12-03T00:00:00Z","ids":[{id}]}}"#
     );
