@@ -265,7 +265,7 @@ impl Conn {
     /// with the scans above off, the generic plan is the right one at any table size, and
     /// otherwise PostgreSQL may keep re-planning each run when column statistics (say,
     /// from an `ANALYZE` of a full queue) make custom plans look cheaper. The figures are
-    /// in the CHANGELOG and the README's benchmark section.
+    /// in the repository's `docs/benchmarks.md`.
     ///
     /// # Errors
     /// The database's error.

@@ -44,8 +44,9 @@
 //! # Producing
 //!
 //! [`Queue`] enqueues [`NewJob`]s one at a time or in batches of any size, each batch one
-//! statement that also writes the jobs' `queued` log rows; the `_in` variants run inside
-//! the caller's transaction, so a job exists only if that transaction commits.
+//! statement that also writes the jobs' `queued` log rows; [`Queue::on`] runs the same
+//! calls on a client the caller holds, such as its transaction, so that a job exists only
+//! if that transaction commits.
 //! [`OnConflict`] says what a dedupe key held by a queued or picked job does. The same
 //! type cancels, inspects, clears and requeues jobs and waits for them to finish. The
 //! NOTIFY payloads shared with Python are in [`events`].
@@ -63,8 +64,8 @@
 //! recorder the program installs before building the worker; feature `opentelemetry`
 //! carries trace context through job headers as PgQueuer does, so that a job's
 //! `process` span continues the trace that enqueued it, from Python or Rust
-//! ([`Job::trace_carrier`] gives the raw context without the feature). The README has
-//! the metric names.
+//! ([`Job::trace_carrier`] gives the raw context without the feature). The repository's
+//! `docs/operating.md` has the metric names.
 //!
 //! # Operating
 //!
@@ -143,3 +144,13 @@ pub use r2d2;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The examples of the guide to the API (`docs/usage.md`), compiled the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/usage.md")]
+struct UsageDoctests;
+
+/// The examples of the operating guide (`docs/operating.md`), compiled the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operating.md")]
+struct OperatingDoctests;

@@ -254,7 +254,8 @@ impl EntrypointOptions {
     /// limit), and claim it again once that is over. Defaults to false: the disagreement
     /// is logged at `warn` (at most once a minute) and shown in
     /// [`crate::WorkerStats::limits`], and this worker goes on claiming within its own
-    /// limit. Only a larger limit elsewhere can be seen; see the README's "Limits".
+    /// limit. Only a larger limit elsewhere can be seen; see the repository's
+    /// `docs/limits-and-slots.md`.
     #[must_use]
     pub fn pause_on_larger_limit(mut self, pause: bool) -> Self {
         self.pause_on_larger_limit = pause;

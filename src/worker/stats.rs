@@ -1,8 +1,8 @@
 //! What a worker can say about itself. Every figure is recorded once, into a [`Count`],
 //! [`Timing`] or [`Level`] that keeps the worker's own value (read by
 //! [`StatsHandle::snapshot`], for programs without a metrics stack) and, with the
-//! `metrics` feature, forwards it to a handle of the `metrics` facade (for theirs; the
-//! README has the table of names).
+//! `metrics` feature, forwards it to a handle of the `metrics` facade (for theirs;
+//! `docs/operating.md` has the table of names).
 //!
 //! The facade's handles are registered once, when the worker is built, with whatever
 //! recorder is installed then (the global one, or a local one around `build()`): the
@@ -33,7 +33,7 @@ pub struct RunSummary {
     pub released: u64,
 }
 
-/// The metric names the `metrics` feature records (the README has them in a table).
+/// The metric names the `metrics` feature records (`docs/operating.md` has them in a table).
 pub(crate) mod names {
     pub(crate) const CLAIMS: &str = "pgqueuer_claims_total";
     pub(crate) const CLAIM_DURATION: &str = "pgqueuer_claim_duration_seconds";

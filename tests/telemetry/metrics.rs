@@ -264,7 +264,7 @@ fn the_recorder_counts_a_known_workload_exactly() {
 }
 
 /// A recorder installed after the worker was built sees nothing of it (the handles are
-/// registered at build time, as the README says), and one around `build()` sees only
+/// registered at build time, as docs/operating.md says), and one around `build()` sees only
 /// that worker: two workers in one process keep their figures apart.
 #[test]
 fn handles_belong_to_the_recorder_around_build() {
