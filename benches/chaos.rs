@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use pgqueuer::postgres::{Client, Config, NoTls};
-use pgqueuer::{EntrypointOptions, NewJob, OnFailure, Queue, Retry, RetryPolicy, Worker};
+use pgqueuer::{Entrypoint, NewJob, OnFailure, Queue, Retry, RetryPolicy, Worker};
 
 #[path = "support/common.rs"]
 #[allow(dead_code)] // shared with the other benchmarks
@@ -102,7 +102,7 @@ fn worker(dsn: &str, seed: u64) -> Result<(), pgqueuer::Error> {
         .shutdown_deadline(Duration::from_millis(300));
     for (name, limit, timeout_ms, hold) in ENTRYPOINTS {
         let record = record.clone();
-        let options = EntrypointOptions::new()
+        let options = Entrypoint::new(name)
             .concurrency_limit(limit)
             .timeout(Duration::from_millis(timeout_ms))
             .on_failure(if hold {
@@ -115,7 +115,7 @@ fn worker(dsn: &str, seed: u64) -> Result<(), pgqueuer::Error> {
                 Duration::from_millis(10),
                 Duration::from_millis(50),
             ));
-        builder = builder.entrypoint_with(name, options, move |job, ctx| {
+        builder = builder.entrypoint(options, move |job, ctx| {
             let started = record_start(&record, job);
             let roll = mix(seed, job.id, job.attempts) % 100;
             let end = |record: &pgqueuer::Pool| record_end(record, started);

@@ -56,7 +56,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pgqueuer::postgres::{Client, Config, NoTls};
-use pgqueuer::{EntrypointOptions, NewJob, Pool, Pooler, Queue, Worker};
+use pgqueuer::{Entrypoint, NewJob, Pool, Pooler, Queue, Worker};
 
 #[allow(
     dead_code,
@@ -197,9 +197,8 @@ fn worker(
     Worker::builder(pool.clone())
         .threads(threads)
         .batch_size(batch)
-        .entrypoint_with(
-            "fetch",
-            EntrypointOptions::new().concurrency_limit(limit),
+        .entrypoint(
+            Entrypoint::new("fetch").concurrency_limit(limit),
             move |_job, _ctx| {
                 counter.fetch_add(1, Ordering::Relaxed);
                 Ok(())

@@ -21,7 +21,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use opentelemetry::global;
 use opentelemetry::trace::{TraceContextExt, Tracer};
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
+use pgqueuer::{Entrypoint, NewJob, Queue, Worker};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
@@ -81,9 +81,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             Ok(())
         })
-        .entrypoint_with(
-            "report",
-            EntrypointOptions::new().concurrency_limit(1),
+        .entrypoint(
+            Entrypoint::new("report").concurrency_limit(1),
             |job, _ctx| {
                 if job.payload_str() == Some("broken") {
                     return Err("the report source is unavailable".into());

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
+use pgqueuer::{Entrypoint, NewJob, Queue, Worker};
 
 fn dsn() -> Result<String, pgqueuer::Error> {
     for var in ["PGQUEUER_DSN", "PGDSN", "DATABASE_URL"] {
@@ -85,9 +85,8 @@ fn main() -> Result<(), pgqueuer::Error> {
             d1.fetch_add(1, Ordering::Relaxed);
             Ok(())
         })
-        .entrypoint_with(
-            "resize",
-            EntrypointOptions::new().concurrency_limit(2),
+        .entrypoint(
+            Entrypoint::new("resize").concurrency_limit(2),
             move |_job, ctx| {
                 for _ in 0..5 {
                     if ctx.is_cancelled() {

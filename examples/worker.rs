@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pgqueuer::postgres::types::Type;
-use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
+use pgqueuer::{Entrypoint, NewJob, Queue, Worker};
 
 struct Options {
     dsn: String,
@@ -222,9 +222,8 @@ fn run(o: &Options) -> Result<(), pgqueuer::Error> {
         .dequeue_timeout(Duration::from_secs_f64(o.dequeue_timeout));
     for (name, limit, millis) in &o.entrypoints {
         let (done, pool, record, millis) = (done.clone(), pool.clone(), o.record, *millis);
-        builder = builder.entrypoint_with(
-            name,
-            EntrypointOptions::new().concurrency_limit(*limit),
+        builder = builder.entrypoint(
+            Entrypoint::new(name).concurrency_limit(*limit),
             move |job, ctx| {
                 let started = std::time::SystemTime::now();
                 let until = Instant::now() + Duration::from_millis(millis);

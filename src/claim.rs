@@ -204,8 +204,8 @@ impl ClaimerBuilder {
 
     /// Object names. Defaults to PgQueuer's ([`Settings::default`]).
     #[must_use]
-    pub fn settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
+    pub fn settings(mut self, settings: &Settings) -> Self {
+        self.settings = settings.clone();
         self
     }
 
@@ -300,11 +300,6 @@ impl Claimer {
     /// A builder with PgQueuer's defaults.
     pub fn builder() -> ClaimerBuilder {
         ClaimerBuilder::default()
-    }
-
-    /// A builder for non-default names.
-    pub fn builder_with(settings: Settings) -> ClaimerBuilder {
-        ClaimerBuilder::default().settings(settings)
     }
 
     /// The heartbeat timeout this claimer treats picked jobs as stale after.

@@ -9,7 +9,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), pgqueuer::Error> {
 //! use std::time::Duration;
-//! use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
+//! use pgqueuer::{Entrypoint, NewJob, Queue, Worker};
 //!
 //! // A pool, and the schema installed or brought up to date (safe from every process).
 //! let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
@@ -26,7 +26,7 @@
 //!         let _to = job.payload_str().ok_or("the payload is not UTF-8")?;
 //!         Ok(())
 //!     })
-//!     .entrypoint_with("resize", EntrypointOptions::new().concurrency_limit(2), |_job, _ctx| Ok(()))
+//!     .entrypoint(Entrypoint::new("resize").concurrency_limit(2), |_job, _ctx| Ok(()))
 //!     .build()?; // refuses a database without the capacity-slot column and index
 //! let stop = worker.shutdown_handle(); // stop.shutdown() from any thread, e.g. on SIGTERM
 //! let running = worker.start()?; // or worker.run() to block this thread
@@ -124,13 +124,13 @@ pub use queue::{
 };
 pub use schedules::{RunningScheduler, Schedule, ScheduleId, Scheduler, SchedulerBuilder};
 pub use schema::{
-    UpgradePlan, UpgradeReport, describe_with, uninstall, uninstall_sql, uninstall_with, upgrade,
-    upgrade_plan_with, upgrade_sql, upgrade_with, verify, verify_with,
+    UpgradePlan, UpgradeReport, describe_schema, uninstall, uninstall_sql, uninstall_with, upgrade,
+    upgrade_plan, upgrade_sql, upgrade_with, verify, verify_with,
 };
 pub use settings::{Durability, Settings};
 pub use shutdown::ShutdownHandle;
 pub use worker::{
-    BoxError, Context, EntrypointOptions, EntrypointStats, FencingToken, HandlerResult, JobError,
+    BoxError, Context, Entrypoint, EntrypointStats, FencingToken, HandlerResult, JobError,
     LimitStats, OnFailure, Retry, RetryPolicy, RunSummary, RunningWorker, StatsHandle, TimingStats,
     Worker, WorkerBuilder, WorkerHealth, WorkerStats,
 };

@@ -92,15 +92,24 @@ impl McpServer {
             ..ConnectOptions::from_env()?
         };
         let pool = crate::connect::connect_with(dsn, &options)?;
-        McpServer::new(pool, &Settings::from_env()?)
+        McpServer::with_settings(pool, &Settings::from_env()?)
     }
 
-    /// A server reading through `pool`. Make the pool read-only
-    /// ([`ConnectOptions::read_only`]) for the guarantee that nothing is written.
+    /// A server reading PgQueuer's default object names through `pool`. Make the pool
+    /// read-only ([`ConnectOptions::read_only`]) for the guarantee that nothing is
+    /// written.
+    pub fn new(pool: Pool) -> McpServer {
+        McpServer {
+            pool,
+            settings: Settings::default(),
+        }
+    }
+
+    /// As [`McpServer::new`], with the object names of `settings`.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] for bad settings.
-    pub fn new(pool: Pool, settings: &Settings) -> Result<McpServer> {
+    pub fn with_settings(pool: Pool, settings: &Settings) -> Result<McpServer> {
         settings.validate()?;
         Ok(McpServer {
             pool,

@@ -605,7 +605,7 @@ fn run(pool: &Pool, s: &Settings, args: &Args<'_>) -> std::result::Result<Answer
                 .unwrap_or(Duration::from_secs(30));
             drop(conn);
             let queue = crate::Queue::with_settings(pool.clone(), s)?;
-            let explanation = queue.explain_with(id, timeout)?;
+            let explanation = queue.explain_stale_after(id, timeout)?;
             Answer::Object(json!({
                 "job_id": id,
                 "state": explanation.state(),

@@ -89,12 +89,12 @@ pub struct SlotHolder {
 impl Queue {
     /// Why job `id` is not running, or that it is, or how it ended, assuming PgQueuer's
     /// heartbeat timeout of 30 s for telling running jobs from stale ones. See
-    /// [`Queue::explain_with`].
+    /// [`Queue::explain_stale_after`].
     ///
     /// # Errors
-    /// As [`Queue::explain_with`].
+    /// As [`Queue::explain_stale_after`].
     pub fn explain(&self, id: JobId) -> Result<Explanation> {
-        self.explain_with(id, DEFAULT_HEARTBEAT_TIMEOUT)
+        self.explain_stale_after(id, DEFAULT_HEARTBEAT_TIMEOUT)
     }
 
     /// Why job `id` is where it is, for workers whose heartbeat timeout is
@@ -108,7 +108,11 @@ impl Queue {
     ///
     /// # Errors
     /// [`crate::Error::Pool`] or [`crate::Error::Db`].
-    pub fn explain_with(&self, id: JobId, heartbeat_timeout: Duration) -> Result<Explanation> {
+    pub fn explain_stale_after(
+        &self,
+        id: JobId,
+        heartbeat_timeout: Duration,
+    ) -> Result<Explanation> {
         let rows = self.query(&self.sql.explain_job, &[(&id, Type::INT8)])?;
         let Some(row) = rows.first() else {
             let history = self.history(id)?;

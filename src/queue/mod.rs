@@ -77,7 +77,7 @@ pub struct QueueSize {
 ///     NewJob::new("resize", b"1.png".to_vec()),
 ///     NewJob::new("resize", b"2.png".to_vec()).priority(5),
 /// ])?;
-/// let skipped = queue.enqueue_with(
+/// let skipped = queue.enqueue_deduplicated(
 ///     &[NewJob::without_payload("report").dedupe_key("daily")],
 ///     OnConflict::Skip,
 /// )?;
@@ -173,7 +173,7 @@ impl Queue {
     /// [`Error::DuplicateJob`] (with every key of the call) when a key is held by a queued
     /// or picked job or repeated within the batch; [`Error::Pool`] or [`Error::Db`].
     pub fn enqueue_many(&self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
-        all_ids(self.enqueue_with(jobs, OnConflict::Raise)?)
+        all_ids(self.enqueue_deduplicated(jobs, OnConflict::Raise)?)
     }
 
     /// Enqueues a batch in one statement with a choice of what a held dedupe key does.
@@ -184,7 +184,7 @@ impl Queue {
     /// As [`Queue::enqueue_many`]; [`Error::DuplicateJob`] only with
     /// [`OnConflict::Raise`]; with [`OnConflict::UpdatePriority`] a key repeated within
     /// the call is [`Error::InvalidInput`] naming it (nothing is sent).
-    pub fn enqueue_with(
+    pub fn enqueue_deduplicated(
         &self,
         jobs: &[NewJob],
         on_conflict: OnConflict,
@@ -500,14 +500,14 @@ impl<C: EnqueueTarget + ?Sized> QueueOn<'_, C> {
     /// # Errors
     /// As [`Queue::enqueue_many`], without [`Error::Pool`].
     pub fn enqueue_many(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
-        all_ids(self.enqueue_with(jobs, OnConflict::Raise)?)
+        all_ids(self.enqueue_deduplicated(jobs, OnConflict::Raise)?)
     }
 
-    /// As [`Queue::enqueue_with`], on this client.
+    /// As [`Queue::enqueue_deduplicated`], on this client.
     ///
     /// # Errors
-    /// As [`Queue::enqueue_with`], without [`Error::Pool`].
-    pub fn enqueue_with(
+    /// As [`Queue::enqueue_deduplicated`], without [`Error::Pool`].
+    pub fn enqueue_deduplicated(
         &mut self,
         jobs: &[NewJob],
         on_conflict: OnConflict,

@@ -64,7 +64,7 @@ const MIGRATIONS: [(&str, &str); 9] = [
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpgradeReport {
     /// The catalog facts that changed, each `+ fact` (now present) or `- fact` (gone), in
-    /// the form of [`describe_with`]. Empty when the schema was already up to date.
+    /// the form of [`describe_schema`]. Empty when the schema was already up to date.
     pub changes: Vec<String>,
 }
 
@@ -157,7 +157,7 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
 /// # Errors
 /// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when the catalog cannot be
 /// read.
-pub fn upgrade_plan_with(client: &mut Client, settings: &Settings) -> Result<UpgradePlan> {
+pub fn upgrade_plan(client: &mut Client, settings: &Settings) -> Result<UpgradePlan> {
     plan::plan(client, settings)
 }
 
@@ -167,11 +167,11 @@ pub fn upgrade_plan_with(client: &mut Client, settings: &Settings) -> Result<Upg
 ///
 /// # Errors
 /// [`Error::Db`] when the catalog cannot be read.
-pub fn describe_with(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
+pub fn describe_schema(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
     describe_in(client, settings)
 }
 
-/// [`describe_with`] through any client (a transaction of the upgrade's, say).
+/// [`describe_schema`] through any client (a transaction of the upgrade's, say).
 pub(crate) fn describe_in<C: GenericClient>(
     client: &mut C,
     settings: &Settings,
@@ -209,7 +209,7 @@ pub fn verify(client: &mut Client) -> Result<()> {
 /// [`Error::Schema`] listing every missing object by name (fix: [`upgrade_with`]);
 /// [`Error::Db`] when the catalog cannot be read.
 pub fn verify_with(client: &mut Client, settings: &Settings) -> Result<()> {
-    let facts = describe_with(client, settings)?;
+    let facts = describe_schema(client, settings)?;
     let missing = missing_objects(&facts, settings);
     if missing.is_empty() {
         Ok(())
@@ -219,7 +219,7 @@ pub fn verify_with(client: &mut Client, settings: &Settings) -> Result<()> {
     }
 }
 
-/// Every object of [`verify_with`] absent from `facts` (lines of [`describe_with`]).
+/// Every object of [`verify_with`] absent from `facts` (lines of [`describe_schema`]).
 pub(crate) fn missing_objects(facts: &[String], s: &Settings) -> Vec<String> {
     let has = |prefix: &str| facts.iter().any(|f| f.starts_with(prefix));
     let mut missing = Vec::new();

@@ -3,7 +3,7 @@
 //!
 //! [`super::upgrade_with`] runs the idempotent migration script, whose every step checks
 //! the catalog itself; this module instead compares the database's catalog facts
-//! ([`super::describe_with`]) with those of a fresh 1.6.0 install
+//! ([`super::describe_schema`]) with those of a fresh 1.6.0 install
 //! (`src/sql/catalog_1_6_0.txt`) and writes one statement per difference, in the order
 //! the script would make the change, as PgQueuer's own planner does. The tests hold the
 //! two to each other: from every fixture, applying the plan ends in the catalog the
@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::settings::Settings;
 use crate::sql;
 
-/// What [`upgrade_plan_with`](crate::upgrade_plan_with) found.
+/// What [`upgrade_plan`](crate::upgrade_plan) found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpgradePlan {
     /// The statements to run, in order, each on its own (an enum label added by one must
@@ -102,7 +102,7 @@ fn column_parts(line: &str) -> (String, bool, Option<String>) {
     }
 }
 
-/// Builds the plan. See [`crate::upgrade_plan_with`].
+/// Builds the plan. See [`crate::upgrade_plan`].
 pub(crate) fn plan(client: &mut Client, settings: &Settings) -> Result<UpgradePlan> {
     settings.validate()?;
     let schema: String = match &settings.schema {
@@ -118,7 +118,7 @@ pub(crate) fn plan(client: &mut Client, settings: &Settings) -> Result<UpgradePl
             out.statements.push(sql::schema_create(&schema));
         }
     }
-    let have = Facts::new(&super::describe_with(client, settings)?);
+    let have = Facts::new(&super::describe_schema(client, settings)?);
     let want = Facts::new(&sql::catalog_1_6_0(settings, &schema));
     Planner {
         settings,

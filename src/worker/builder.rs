@@ -18,7 +18,7 @@ use crate::shutdown::ShutdownHandle;
 use crate::time::check_duration;
 
 use super::Worker;
-use super::entrypoint::{Context, EntrypointOptions, Handler, HandlerResult, Registry};
+use super::entrypoint::{Context, Entrypoint, Handler, HandlerResult, Registry};
 use super::limits::LimitWatch;
 use super::stats::Stats;
 
@@ -110,7 +110,7 @@ impl Options {
 /// ```no_run
 /// # fn main() -> Result<(), pgqueuer::Error> {
 /// use std::time::Duration;
-/// use pgqueuer::{EntrypointOptions, OnFailure, RetryPolicy, Worker};
+/// use pgqueuer::{Entrypoint, OnFailure, RetryPolicy, Worker};
 ///
 /// let pool = pgqueuer::connect("")?; // PGQUEUER_DSN, PGDSN, DATABASE_URL or PG*
 /// let worker = Worker::builder(pool)
@@ -118,9 +118,8 @@ impl Options {
 ///     .batch_size(16) // each claim takes up to 16
 ///     .heartbeat_timeout(Duration::from_secs(30))
 ///     .entrypoint("email", |_job, _ctx| Ok(()))
-///     .entrypoint_with(
-///         "pdf",
-///         EntrypointOptions::new()
+///     .entrypoint(
+///         Entrypoint::new("pdf")
 ///             .concurrency_limit(4)
 ///             .on_failure(OnFailure::Hold)
 ///             .retry(RetryPolicy::exponential(5, Duration::from_secs(1), Duration::from_secs(300))),
@@ -265,7 +264,7 @@ impl WorkerBuilder {
 
     /// Object names. Defaults to PgQueuer's ([`Settings::default`]).
     #[must_use]
-    pub fn settings(mut self, settings: Settings) -> Self {
+    pub fn settings(mut self, settings: &Settings) -> Self {
         self.claimer = self.claimer.settings(settings);
         self
     }
@@ -277,25 +276,18 @@ impl WorkerBuilder {
         self
     }
 
-    /// Runs `handler` for jobs of `name`, with default options.
+    /// Runs `handler` for jobs of `entrypoint`: a name (`"email"`, with the default
+    /// options) or an [`Entrypoint`] with options of its own.
     #[must_use]
-    pub fn entrypoint<F>(self, name: &str, handler: F) -> Self
+    pub fn entrypoint<F>(mut self, entrypoint: impl Into<Entrypoint>, handler: F) -> Self
     where
         F: Fn(&Job, &Context<'_>) -> HandlerResult + Send + Sync + 'static,
     {
-        self.entrypoint_with(name, EntrypointOptions::new(), handler)
-    }
-
-    /// Runs `handler` for jobs of `name`, with `options`.
-    #[must_use]
-    pub fn entrypoint_with<F>(mut self, name: &str, options: EntrypointOptions, handler: F) -> Self
-    where
-        F: Fn(&Job, &Context<'_>) -> HandlerResult + Send + Sync + 'static,
-    {
-        let limit = options.concurrency_limit;
+        let options = entrypoint.into();
+        let (name, limit) = (options.name.clone(), options.concurrency_limit);
         let handler: Handler = Arc::new(handler);
-        match self.registry.add(name.to_owned(), options, handler) {
-            Ok(()) => self.claimer = self.claimer.entrypoint(name, limit),
+        match self.registry.add(options, handler) {
+            Ok(()) => self.claimer = self.claimer.entrypoint(&name, limit),
             Err(e) => {
                 self.error.get_or_insert(e);
             }

@@ -1,4 +1,4 @@
-//! Per-job timeouts ([`crate::EntrypointOptions::timeout`]): a thread that turns a
+//! Per-job timeouts ([`crate::Entrypoint::timeout`]): a thread that turns a
 //! running job's [`Stop`] to "timed out" when its time is up, and warns about handlers
 //! that go on long after.
 //!

@@ -211,9 +211,14 @@ impl RetryPolicy {
     }
 }
 
-/// Per-entrypoint options.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EntrypointOptions {
+/// An entrypoint to register with [`crate::WorkerBuilder::entrypoint`]: its name and
+/// options. A bare name converts into one with the defaults, so
+/// `.entrypoint("email", handler)` and
+/// `.entrypoint(Entrypoint::new("resize").concurrency_limit(2), handler)` are the same
+/// method.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entrypoint {
+    pub(crate) name: String,
     pub(crate) concurrency_limit: u32,
     pub(crate) on_failure: OnFailure,
     pub(crate) retry: Option<RetryPolicy>,
@@ -221,10 +226,24 @@ pub struct EntrypointOptions {
     pub(crate) timeout: Option<Duration>,
 }
 
-impl EntrypointOptions {
-    /// No limit, delete on failure, no retries.
-    pub fn new() -> Self {
-        Self::default()
+impl Entrypoint {
+    /// Entrypoint `name` with the defaults: no limit, delete on failure, no retries, no
+    /// timeout. A bad name (empty, or holding a NUL character) is reported by
+    /// [`crate::WorkerBuilder::build`].
+    pub fn new(name: &str) -> Self {
+        Entrypoint {
+            name: name.to_owned(),
+            concurrency_limit: 0,
+            on_failure: OnFailure::default(),
+            retry: None,
+            pause_on_larger_limit: false,
+            timeout: None,
+        }
+    }
+
+    /// The entrypoint's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// At most `limit` jobs of this entrypoint picked at once across every worker, Rust
@@ -278,14 +297,32 @@ impl EntrypointOptions {
     }
 }
 
+impl From<&str> for Entrypoint {
+    fn from(name: &str) -> Self {
+        Entrypoint::new(name)
+    }
+}
+
+impl From<&String> for Entrypoint {
+    fn from(name: &String) -> Self {
+        Entrypoint::new(name)
+    }
+}
+
+impl From<String> for Entrypoint {
+    fn from(name: String) -> Self {
+        Entrypoint::new(&name)
+    }
+}
+
 /// The longest per-job timeout accepted (a year): the overrun warning comes at three
 /// times it, which must stay a reachable instant.
 const MAX_JOB_TIMEOUT: Duration = Duration::from_secs(365 * 86_400);
 
-/// A registered entrypoint.
-pub(crate) struct Entrypoint {
+/// A registered entrypoint: its handler and options.
+pub(crate) struct Registered {
     pub(crate) handler: Handler,
-    pub(crate) options: EntrypointOptions,
+    pub(crate) options: Entrypoint,
     /// Its position in registration order (where the worker's stats keep its figures).
     pub(crate) index: usize,
 }
@@ -294,16 +331,12 @@ pub(crate) struct Entrypoint {
 #[derive(Default)]
 pub(crate) struct Registry {
     pub(crate) order: Vec<String>,
-    pub(crate) by_name: HashMap<String, Entrypoint>,
+    pub(crate) by_name: HashMap<String, Registered>,
 }
 
 impl Registry {
-    pub(crate) fn add(
-        &mut self,
-        name: String,
-        options: EntrypointOptions,
-        handler: Handler,
-    ) -> Result<()> {
+    pub(crate) fn add(&mut self, options: Entrypoint, handler: Handler) -> Result<()> {
+        let name = options.name.clone();
         check_entrypoint("entrypoint", &name)?;
         if self.by_name.contains_key(&name) {
             return Err(Error::invalid(
@@ -326,7 +359,7 @@ impl Registry {
         self.order.push(name.clone());
         self.by_name.insert(
             name,
-            Entrypoint {
+            Registered {
                 handler,
                 options,
                 index,
@@ -362,7 +395,7 @@ pub struct Context<'a> {
 impl Context<'_> {
     /// True once the handler should stop: the job was cancelled (its row deleted by
     /// `cancel`, which a `cancellation_event` announces and the worker confirms against
-    /// the database), the entrypoint's [timeout](EntrypointOptions::timeout) passed, or
+    /// the database), the entrypoint's [timeout](Entrypoint::timeout) passed, or
     /// the worker's [shutdown deadline](crate::WorkerBuilder::shutdown_deadline) did. A
     /// long handler should check it and return early.
     ///
@@ -375,7 +408,7 @@ impl Context<'_> {
         self.stop.should_stop()
     }
 
-    /// True once the entrypoint's [timeout](EntrypointOptions::timeout) has passed.
+    /// True once the entrypoint's [timeout](Entrypoint::timeout) has passed.
     pub fn timed_out(&self) -> bool {
         self.stop.is_timed_out()
     }
@@ -510,13 +543,11 @@ mod tests {
         let handler: Handler = Arc::new(|_job: &Job, _ctx: &Context<'_>| Ok(()));
         let mut registry = Registry::default();
         let err = registry
-            .add("a\0b".into(), EntrypointOptions::new(), handler.clone())
+            .add(Entrypoint::new("a\0b"), handler.clone())
             .unwrap_err();
         assert!(err.to_string().contains("NUL"), "{err}");
         assert!(registry.order.is_empty());
-        registry
-            .add("a".into(), EntrypointOptions::new(), handler)
-            .unwrap();
+        registry.add(Entrypoint::new("a"), handler).unwrap();
     }
 
     #[test]
@@ -537,23 +568,14 @@ mod tests {
     fn bad_policies_and_names_are_rejected() {
         let handler: Handler = Arc::new(|_, _| Ok(()));
         let mut r = Registry::default();
-        r.add("a".into(), EntrypointOptions::new(), handler.clone())
-            .unwrap();
-        assert!(
-            r.add("a".into(), EntrypointOptions::new(), handler.clone())
-                .is_err()
-        );
-        assert!(
-            r.add(String::new(), EntrypointOptions::new(), handler.clone())
-                .is_err()
-        );
+        r.add(Entrypoint::new("a"), handler.clone()).unwrap();
+        assert!(r.add(Entrypoint::new("a"), handler.clone()).is_err());
+        assert!(r.add(Entrypoint::new(""), handler.clone()).is_err());
         let bad = RetryPolicy {
             multiplier: 0.5,
             ..RetryPolicy::default()
         };
-        let err = r
-            .add("b".into(), EntrypointOptions::new().retry(bad), handler)
-            .unwrap_err();
+        let err = r.add(Entrypoint::new("b").retry(bad), handler).unwrap_err();
         assert!(err.to_string().contains("multiplier"), "{err}");
     }
 }

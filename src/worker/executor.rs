@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::builder::WorkerConfig;
 use super::deadlines::{Armed, Deadlines};
 use super::doorbell::{Doorbell, Wake};
-use super::entrypoint::{Context, Entrypoint, JobError, OnFailure};
+use super::entrypoint::{Context, JobError, OnFailure, Registered};
 use super::jitter::Jitter;
 use super::ledger::Ledger;
 use super::outcomes::Requeue;
@@ -88,7 +88,7 @@ impl Executor<'_> {
 
     /// Runs the handler (in its trace span, when the job carries a trace context) and
     /// hands its outcome on.
-    fn run_job(&self, job: &Job, entry: &Entrypoint, rng: &mut Jitter, started: Instant) {
+    fn run_job(&self, job: &Job, entry: &Registered, rng: &mut Jitter, started: Instant) {
         let span = telemetry::process(job);
         let verdict = span.run(|| self.verdict(job, entry, rng));
         span.finish(verdict.failure());
@@ -128,7 +128,7 @@ impl Executor<'_> {
     }
 
     /// Runs the handler and decides the job's outcome.
-    fn verdict(&self, job: &Job, entry: &Entrypoint, rng: &mut Jitter) -> Verdict {
+    fn verdict(&self, job: &Job, entry: &Registered, rng: &mut Jitter) -> Verdict {
         let config = self.config;
         let canceled = || Verdict::End(Status::Canceled, None);
         let stop = self.ledger.stop_of(job.id).unwrap_or_default();

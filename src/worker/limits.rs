@@ -8,7 +8,7 @@
 //! the highest slot in use per limited entrypoint (a backward scan of the slot index).
 //! A disagreement is logged at `warn` at most once a minute per entrypoint, shown in
 //! [`crate::WorkerStats`], and, for entrypoints that opt in
-//! ([`crate::EntrypointOptions::pause_on_larger_limit`]), stops this worker claiming them
+//! ([`crate::Entrypoint::pause_on_larger_limit`]), stops this worker claiming them
 //! until the evidence is gone.
 //!
 //! What cannot be seen: a *smaller* limit elsewhere leaves no trace in the slots (its
@@ -78,7 +78,7 @@ pub struct LimitStats {
     /// limit (at least `highest_slot + 1`).
     pub larger_limit_elsewhere: bool,
     /// This worker has stopped claiming the entrypoint because of it
-    /// ([`crate::EntrypointOptions::pause_on_larger_limit`]).
+    /// ([`crate::Entrypoint::pause_on_larger_limit`]).
     pub paused: bool,
 }
 

@@ -38,7 +38,7 @@ use uuid::Uuid;
 
 pub use builder::WorkerBuilder;
 pub use entrypoint::{
-    BoxError, Context, EntrypointOptions, FencingToken, HandlerResult, JobError, OnFailure, Retry,
+    BoxError, Context, Entrypoint, FencingToken, HandlerResult, JobError, OnFailure, Retry,
     RetryPolicy,
 };
 pub use limits::LimitStats;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use pgqueuer::postgres::NoTls;
 use pgqueuer::{
-    Claimer, ConnectOptions, EntrypointOptions, NewJob, OnConflict, Pool, Pooler, Queue,
-    RetryPolicy, Scheduler, Status, Worker,
+    Claimer, ConnectOptions, Entrypoint, NewJob, OnConflict, Pool, Pooler, Queue, RetryPolicy,
+    Scheduler, Status, Worker,
 };
 
 use crate::harness::{TestDb, server};
@@ -78,7 +78,7 @@ fn a_transaction_pooler_serves_every_part() {
         tx.commit().unwrap();
     }
     let skipped = queue
-        .enqueue_with(
+        .enqueue_deduplicated(
             &[
                 NewJob::new("free", "k").dedupe_key("k"),
                 NewJob::new("free", "k2").dedupe_key("k"),
@@ -103,9 +103,8 @@ fn a_transaction_pooler_serves_every_part() {
         Worker::builder(pool.clone())
             .threads(6)
             .entrypoint("free", |_job, _ctx| Ok(()))
-            .entrypoint_with(
-                "lim",
-                EntrypointOptions::new().concurrency_limit(2),
+            .entrypoint(
+                Entrypoint::new("lim").concurrency_limit(2),
                 move |_job, _ctx| {
                     let now = running_lim.fetch_add(1, Ordering::SeqCst) + 1;
                     peak.fetch_max(now, Ordering::SeqCst);
@@ -114,9 +113,8 @@ fn a_transaction_pooler_serves_every_part() {
                     Ok(())
                 },
             )
-            .entrypoint_with(
-                "flaky",
-                EntrypointOptions::new().retry(
+            .entrypoint(
+                Entrypoint::new("flaky").retry(
                     RetryPolicy::exponential(
                         3,
                         Duration::from_millis(20),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use pgqueuer::{Error, Settings, describe_with, upgrade_with, verify_with};
+use pgqueuer::{Error, Settings, describe_schema, upgrade_with, verify_with};
 
 use crate::harness::{TestDb, fixture, scalar};
 
@@ -33,7 +33,7 @@ fn fresh_upgrade_equals_pgqueuer_1_6_0_install() {
     let mut client = db.client();
     let report = pgqueuer::upgrade(&mut client).unwrap();
     assert!(!report.is_noop());
-    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    let facts = describe_schema(&mut client, &Settings::default()).unwrap();
     assert_same_catalog(
         &facts,
         &fixture_lines("pgqueuer-1.6.0.catalog"),
@@ -60,7 +60,7 @@ fn schema_and_prefix_match_pgqueuer_and_coexist_with_defaults() {
     let mut client = db.client();
     let custom = Settings::with_prefix("app_").schema("myq");
     upgrade_with(&mut client, &custom).unwrap();
-    let facts = describe_with(&mut client, &custom).unwrap();
+    let facts = describe_schema(&mut client, &custom).unwrap();
     assert_same_catalog(
         &facts,
         &fixture_lines("pgqueuer-1.6.0-myq-app.catalog"),
@@ -72,7 +72,7 @@ fn schema_and_prefix_match_pgqueuer_and_coexist_with_defaults() {
     for settings in [Settings::default(), custom, other] {
         verify_with(&mut client, &settings).unwrap();
     }
-    let public = describe_with(&mut client, &Settings::default()).unwrap();
+    let public = describe_schema(&mut client, &Settings::default()).unwrap();
     assert!(
         public
             .iter()
@@ -137,7 +137,7 @@ fn upgrade_from(release: &str, has_slots: bool) {
 
     let report = pgqueuer::upgrade(&mut client).unwrap();
     assert!(!report.is_noop());
-    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    let facts = describe_schema(&mut client, &Settings::default()).unwrap();
     // PgQueuer keeps the retired statistics.time_in_queue column (relaxed to NULL).
     let facts: Vec<String> = facts
         .into_iter()
@@ -227,7 +227,7 @@ fn eight_concurrent_upgrades_on_an_empty_database() {
         "the eight reports together name each change once"
     );
     let mut client = db.client();
-    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    let facts = describe_schema(&mut client, &Settings::default()).unwrap();
     assert_same_catalog(
         &facts,
         &fixture_lines("pgqueuer-1.6.0.catalog"),
@@ -300,7 +300,7 @@ fn uninstall_removes_everything_and_upgrade_reinstalls() {
     let db = TestDb::new();
     let mut client = db.client();
     pgqueuer::uninstall(&mut client).unwrap();
-    let facts = describe_with(&mut client, &Settings::default()).unwrap();
+    let facts = describe_schema(&mut client, &Settings::default()).unwrap();
     assert!(facts.is_empty(), "left behind: {facts:#?}");
     pgqueuer::upgrade(&mut client).unwrap();
     pgqueuer::verify(&mut client).unwrap();
@@ -315,7 +315,7 @@ fn durability_levels_set_table_persistence() {
         ..Settings::default()
     };
     upgrade_with(&mut client, &settings).unwrap();
-    let facts = describe_with(&mut client, &settings).unwrap();
+    let facts = describe_schema(&mut client, &settings).unwrap();
     for (table, p) in [
         ("pgqueuer", "p"),
         ("pgqueuer_schedules", "p"),
@@ -338,14 +338,14 @@ fn apply(client: &mut pgqueuer::postgres::Client, plan: &pgqueuer::UpgradePlan, 
 
 /// The catalog without the retired `time_in_queue` column PgQueuer keeps.
 fn catalog_of(client: &mut pgqueuer::postgres::Client, settings: &Settings) -> Vec<String> {
-    describe_with(client, settings)
+    describe_schema(client, settings)
         .unwrap()
         .into_iter()
         .filter(|l| !l.contains(".time_in_queue "))
         .collect()
 }
 
-/// `upgrade_plan_with` is exactly what each database needs: nothing when it is up to
+/// `upgrade_plan` is exactly what each database needs: nothing when it is up to
 /// date; from nothing, and from each older release's schema, statements that, each run
 /// on its own, end in PgQueuer 1.6.0's catalog (where upgrade() ends), keep every row,
 /// and leave nothing more to plan.
@@ -353,7 +353,7 @@ fn catalog_of(client: &mut pgqueuer::postgres::Client, settings: &Settings) -> V
 fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
     let current = TestDb::new();
     let mut client = current.client();
-    let plan = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+    let plan = pgqueuer::upgrade_plan(&mut client, &Settings::default()).unwrap();
     assert!(plan.is_empty(), "an up-to-date database: {plan:#?}");
     assert!(plan.notes.is_empty(), "{plan:#?}");
 
@@ -382,7 +382,7 @@ fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
         } else {
             0
         };
-        let plan = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+        let plan = pgqueuer::upgrade_plan(&mut client, &Settings::default()).unwrap();
         assert!(!plan.is_empty(), "{what}: nothing planned");
         apply(&mut client, &plan, what);
         assert_same_catalog(
@@ -390,7 +390,7 @@ fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
             &fixture_lines(expected),
             what,
         );
-        let again = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+        let again = pgqueuer::upgrade_plan(&mut client, &Settings::default()).unwrap();
         assert!(
             again.is_empty(),
             "{what}: a second plan is not empty: {again:#?}"
@@ -413,7 +413,7 @@ fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
     let db = TestDb::empty();
     let mut client = db.client();
     let settings = Settings::with_prefix("app_").schema("myq");
-    let plan = pgqueuer::upgrade_plan_with(&mut client, &settings).unwrap();
+    let plan = pgqueuer::upgrade_plan(&mut client, &settings).unwrap();
     assert!(plan.statements[0].starts_with("CREATE SCHEMA"), "{plan:#?}");
     apply(&mut client, &plan, "myq/app_");
     assert_same_catalog(
@@ -422,7 +422,7 @@ fn upgrade_plans_are_exactly_the_delta_each_database_needs() {
         "myq/app_",
     );
     assert!(
-        pgqueuer::upgrade_plan_with(&mut client, &settings)
+        pgqueuer::upgrade_plan(&mut client, &settings)
             .unwrap()
             .is_empty()
     );
@@ -437,7 +437,7 @@ fn the_plan_for_1_3_2_matches_pgqueuers_own() {
     client
         .batch_execute(&fixture("pgqueuer-1.3.2.sql"))
         .unwrap();
-    let plan = pgqueuer::upgrade_plan_with(&mut client, &Settings::default()).unwrap();
+    let plan = pgqueuer::upgrade_plan(&mut client, &Settings::default()).unwrap();
     let ours: Vec<String> = plan
         .statements
         .iter()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use pgqueuer::{
-    Claimer, EntrypointOptions, NewJob, OnFailure, Outcome, Queue, RetryPolicy, Status, Worker,
+    Claimer, Entrypoint, NewJob, OnFailure, Outcome, Queue, RetryPolicy, Status, Worker,
     WorkerStats,
 };
 
@@ -113,14 +113,12 @@ fn the_recorder_counts_a_known_workload_exactly() {
             .threads(4)
             .entrypoint("work", |_job, _ctx| Ok(()))
             .entrypoint("fails", |_job, _ctx| Err("refused".into()))
-            .entrypoint_with(
-                "fails_hold",
-                EntrypointOptions::new().on_failure(OnFailure::Hold),
+            .entrypoint(
+                Entrypoint::new("fails_hold").on_failure(OnFailure::Hold),
                 |_job, _ctx| Err("refused and held".into()),
             )
-            .entrypoint_with(
-                "flaky",
-                EntrypointOptions::new().retry(
+            .entrypoint(
+                Entrypoint::new("flaky").retry(
                     RetryPolicy::exponential(
                         3,
                         Duration::from_millis(10),
@@ -136,11 +134,9 @@ fn the_recorder_counts_a_known_workload_exactly() {
                     }
                 },
             )
-            .entrypoint_with(
-                "one",
-                EntrypointOptions::new().concurrency_limit(1),
-                |_job, _ctx| Ok(()),
-            )
+            .entrypoint(Entrypoint::new("one").concurrency_limit(1), |_job, _ctx| {
+                Ok(())
+            })
             .build()
             .unwrap()
     });

@@ -34,7 +34,9 @@ pub(crate) fn enqueue(ctx: &Context, args: Enqueue) -> Outcome {
     }
     // As PgQueuer does: always skip in SQL (no error in the server log); the choice only
     // decides the exit status.
-    let enqueued = ctx.queue()?.enqueue_with(&[job], OnConflict::Skip)?;
+    let enqueued = ctx
+        .queue()?
+        .enqueue_deduplicated(&[job], OnConflict::Skip)?;
     match enqueued.first().copied().flatten() {
         Some(id) => println!("Enqueued job {id}."),
         None if args.on_conflict == OnConflictArg::Raise => {
@@ -360,7 +362,7 @@ fn explanation_json(e: &Explanation) -> Value {
 }
 
 pub(crate) fn explain(ctx: &Context, id: i64, heartbeat_timeout: Duration, json: bool) -> Outcome {
-    let explanation = ctx.queue()?.explain_with(id, heartbeat_timeout)?;
+    let explanation = ctx.queue()?.explain_stale_after(id, heartbeat_timeout)?;
     if json {
         println!("{}", explanation_json(&explanation));
     } else {

@@ -291,7 +291,7 @@ fn mcp(ctx: &Context, statement_timeout: std::time::Duration) -> Outcome {
         ..pgqueuer::ConnectOptions::from_env()?
     };
     let pool = pgqueuer::connect_with(&ctx.dsn, &options)?;
-    let server = pgqueuer::mcp::McpServer::new(pool, &ctx.settings)?;
+    let server = pgqueuer::mcp::McpServer::with_settings(pool, &ctx.settings)?;
     let stdin = std::io::stdin();
     server.serve(stdin.lock(), std::io::stdout().lock())?;
     Ok(())

@@ -12,7 +12,7 @@ use crate::{Context, Outcome, fail, with_durability};
 pub(crate) fn install(ctx: &Context, durability: Option<Durability>) -> Outcome {
     let settings = with_durability(&ctx.settings, durability);
     let mut conn = ctx.connect()?;
-    let present = pgqueuer::describe_with(&mut conn, &settings)?;
+    let present = pgqueuer::describe_schema(&mut conn, &settings)?;
     let table = format!("table {} ", settings.queue_table);
     if present.iter().any(|l| l.starts_with(&table)) {
         return Err(fail(format!(
@@ -47,7 +47,7 @@ fn upgrade_script(settings: &Settings) -> Result<String, Error> {
 pub(crate) fn upgrade(ctx: &Context, plan: bool) -> Outcome {
     let mut conn = ctx.connect()?;
     if plan {
-        let plan = pgqueuer::upgrade_plan_with(&mut conn, &ctx.settings)?;
+        let plan = pgqueuer::upgrade_plan(&mut conn, &ctx.settings)?;
         for note in &plan.notes {
             eprintln!("pgq: note: {note}");
         }
@@ -117,7 +117,7 @@ pub(crate) fn verify(ctx: &Context, expect: Expect) -> Outcome {
             Err(e) => Err(e.into()),
         };
     }
-    let facts = pgqueuer::describe_with(&mut conn, settings)?;
+    let facts = pgqueuer::describe_schema(&mut conn, settings)?;
     let ours: Vec<&String> = facts
         .iter()
         .filter(|l| {

@@ -211,7 +211,7 @@ fn sizes_cancel_failed_and_requeue() {
 /// leaves the queue table. The library's `Queue::job` and `Queue::history` agree.
 #[test]
 fn failed_and_job_show_reasons_payloads_and_history() {
-    use pgqueuer::{EntrypointOptions, OnFailure, Worker};
+    use pgqueuer::{Entrypoint, OnFailure, Worker};
 
     let db = TestDb::new();
     let queue = Queue::new(db.pool(4));
@@ -220,9 +220,8 @@ fn failed_and_job_show_reasons_payloads_and_history() {
         .unwrap();
     let done = queue.enqueue(NewJob::new("fine", b"ok".to_vec())).unwrap();
     Worker::builder(db.pool(4))
-        .entrypoint_with(
-            "fragile",
-            EntrypointOptions::new().on_failure(OnFailure::Hold),
+        .entrypoint(
+            Entrypoint::new("fragile").on_failure(OnFailure::Hold),
             |_, _| Err("disk full: /var/spool".into()),
         )
         .entrypoint("fine", |_, _| Ok(()))

@@ -166,7 +166,7 @@ fn upgrade_plan_prints_only_what_this_database_needs() {
 }
 
 fn describe_nothing(client: &mut Client) -> bool {
-    pgqueuer::describe_with(client, &Settings::default())
+    pgqueuer::describe_schema(client, &Settings::default())
         .unwrap()
         .is_empty()
 }

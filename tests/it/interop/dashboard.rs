@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue};
+use pgqueuer::{Entrypoint, NewJob, Queue};
 
 use super::drain;
 use crate::harness::TestDb;
@@ -19,7 +19,7 @@ fn python_dashboard_shows_our_jobs() {
         .map(|i| NewJob::new("rs_stats", i.to_string().into_bytes()))
         .collect();
     Queue::new(pool.clone()).enqueue_many(&jobs).unwrap();
-    let summary = drain(&pool, "rs_stats", EntrypointOptions::new());
+    let summary = drain(&pool, Entrypoint::new("rs_stats"));
     assert_eq!(summary.succeeded, JOBS as u64);
 
     let out = python::pgq(&db, &["dashboard", "--limit", "100"]).success();

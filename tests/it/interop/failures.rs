@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use pgqueuer::{EntrypointOptions, JobId, NewJob, OnFailure, Queue, Retry, Status, Worker};
+use pgqueuer::{Entrypoint, JobId, NewJob, OnFailure, Queue, Retry, Status, Worker};
 use serde_json::{Value, json};
 
 use super::{drain, python_worker};
@@ -25,9 +25,8 @@ fn our_failures_parse_in_python() {
     let retry = queue.enqueue(NewJob::without_payload("rs_retry")).unwrap();
     let worker = Worker::builder(pool.clone())
         .threads(2)
-        .entrypoint_with(
-            "rs_hold",
-            EntrypointOptions::new().on_failure(OnFailure::Hold),
+        .entrypoint(
+            Entrypoint::new("rs_hold").on_failure(OnFailure::Hold),
             |_job, _ctx| Err(std::io::Error::other("disk on fire").into()),
         )
         .entrypoint("rs_delete", |job, _ctx| {
@@ -101,7 +100,7 @@ fn our_failures_parse_in_python() {
 
     // Python's `pgq requeue` puts our held job back; our worker then finishes it.
     python::pgq(&db, &["requeue", &hold.to_string()]).success();
-    let summary = drain(&pool, "rs_hold", EntrypointOptions::new());
+    let summary = drain(&pool, Entrypoint::new("rs_hold"));
     assert_eq!(summary.succeeded, 1);
     assert_eq!(
         log_of(&mut db.client(), hold),
@@ -196,7 +195,7 @@ fn python_failures_appear_in_ours() {
     assert!(uuid::Uuid::parse_str(manager).is_ok(), "{traceback}");
 
     assert_eq!(queue.requeue_failed(&[id]).unwrap(), [id]);
-    let summary = drain(&pool, "py_hold", EntrypointOptions::new());
+    let summary = drain(&pool, Entrypoint::new("py_hold"));
     assert_eq!(summary.succeeded, 1);
     assert_eq!(
         log_of(&mut db.client(), id),

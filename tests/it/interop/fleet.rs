@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use pgqueuer::events::Event;
 use pgqueuer::postgres::Client;
 use pgqueuer::postgres::fallible_iterator::FallibleIterator;
-use pgqueuer::{EntrypointOptions, JobId, NewJob, Queue, Worker};
+use pgqueuer::{Entrypoint, JobId, NewJob, Queue, Worker};
 use serde_json::json;
 
 use super::{check_python_worker, create_side_tables, micros};
@@ -140,9 +140,8 @@ fn run_rust_workers(db: &TestDb) {
                 .threads(2)
                 .batch_size(2)
                 .reuse_slots(false)
-                .entrypoint_with(
-                    "shared",
-                    EntrypointOptions::new().concurrency_limit(LIMIT),
+                .entrypoint(
+                    Entrypoint::new("shared").concurrency_limit(LIMIT),
                     move |job, _ctx| {
                         let mut conn = record.get()?;
                         let start: SystemTime =

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use pgqueuer::{EntrypointOptions, NewJob, OnFailure, Queue, Worker};
+use pgqueuer::{Entrypoint, NewJob, OnFailure, Queue, Worker};
 use serde_json::{Value, json};
 
 use crate::harness::{TestDb, Throwaway, eventually, pgq_binary, scalar};
@@ -53,9 +53,8 @@ fn populate(db: &TestDb) {
         .unwrap();
     Worker::builder(pool.clone())
         .threads(2)
-        .entrypoint_with(
-            "mcp_held",
-            EntrypointOptions::new().on_failure(OnFailure::Hold),
+        .entrypoint(
+            Entrypoint::new("mcp_held").on_failure(OnFailure::Hold),
             |_job, _ctx| Err("held for inspection".into()),
         )
         .entrypoint("mcp_broken", |job, _ctx| {

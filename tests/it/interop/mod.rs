@@ -6,7 +6,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pgqueuer::postgres::Client;
-use pgqueuer::{EntrypointOptions, Pool, Worker};
+use pgqueuer::{Entrypoint, Pool, Worker};
 use serde_json::{Value, json};
 
 use crate::harness::TestDb;
@@ -70,10 +70,10 @@ pub fn python_worker(db: &TestDb, spec: &Value) -> Value {
 
 /// A Rust worker for one entrypoint that drains the queue, for tests that only need
 /// its jobs run.
-pub fn drain(pool: &Pool, entrypoint: &str, options: EntrypointOptions) -> pgqueuer::RunSummary {
+pub fn drain(pool: &Pool, entrypoint: Entrypoint) -> pgqueuer::RunSummary {
     Worker::builder(pool.clone())
         .threads(2)
-        .entrypoint_with(entrypoint, options, |_job, _ctx| Ok(()))
+        .entrypoint(entrypoint, |_job, _ctx| Ok(()))
         .build()
         .unwrap()
         .run_until_empty()

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pgqueuer::{Claimer, EntrypointOptions, NewJob, Queue, Worker};
+use pgqueuer::{Claimer, Entrypoint, NewJob, Queue, Worker};
 use serde_json::json;
 
 use super::{create_side_tables, hex, python_worker};
@@ -58,9 +58,8 @@ fn our_worker_recovers_a_job_from_a_killed_python_worker() {
         .threads(1)
         .heartbeat_timeout(Duration::from_secs(1))
         .dequeue_timeout(Duration::from_millis(200))
-        .entrypoint_with(
-            "orphan",
-            EntrypointOptions::new().concurrency_limit(1),
+        .entrypoint(
+            Entrypoint::new("orphan").concurrency_limit(1),
             move |job, _ctx| {
                 let _ = tx.send(job.clone());
                 Ok(())

@@ -1,6 +1,6 @@
 //! Schema: each side accepts the other's install.
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue, Settings};
+use pgqueuer::{Entrypoint, NewJob, Queue, Settings};
 
 use super::drain;
 use crate::harness::{TestDb, log_of};
@@ -72,7 +72,7 @@ fn schemas_are_accepted_both_ways() {
     let id = Queue::new(pool.clone())
         .enqueue(NewJob::new("on_their_schema", b"hello".to_vec()))
         .unwrap();
-    let summary = drain(&pool, "on_their_schema", EntrypointOptions::new());
+    let summary = drain(&pool, Entrypoint::new("on_their_schema"));
     assert_eq!(summary.succeeded, 1);
     assert_eq!(log_of(&mut client, id), ["queued", "picked", "successful"]);
 }

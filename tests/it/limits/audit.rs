@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue, Settings, Worker, ops};
+use pgqueuer::{Entrypoint, NewJob, Queue, Settings, Worker, ops};
 
 use super::create_runs_table;
 use crate::harness::{TestDb, scalar};
@@ -128,9 +128,8 @@ fn the_audit_agrees_with_the_handlers_under_a_limit() {
     let recorder = pool.clone();
     Worker::builder(pool)
         .threads(6)
-        .entrypoint_with(
-            "limited",
-            EntrypointOptions::new().concurrency_limit(3),
+        .entrypoint(
+            Entrypoint::new("limited").concurrency_limit(3),
             move |job, _ctx| {
                 let mut conn = recorder.get()?;
                 let started: SystemTime = conn.query_one("SELECT clock_timestamp()", &[])?.get(0);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue, Status, Worker};
+use pgqueuer::{Entrypoint, NewJob, Queue, Status, Worker};
 
 use super::{picked, python_holding, rust_worker};
 use crate::harness::{TestDb, captured, eventually};
@@ -95,9 +95,8 @@ fn the_opt_in_pauses_claiming_while_a_larger_limit_is_evident() {
     let claiming = Worker::builder(db.pool(4))
         .threads(1)
         .heartbeat_timeout(Duration::from_secs(600))
-        .entrypoint_with(
-            ep,
-            EntrypointOptions::new().concurrency_limit(2),
+        .entrypoint(
+            Entrypoint::new(ep).concurrency_limit(2),
             move |_job, _ctx| {
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok(())
@@ -140,14 +139,10 @@ fn workers_with_equal_limits_report_nothing() {
     let start = || {
         Worker::builder(db.pool(4))
             .threads(3)
-            .entrypoint_with(
-                ep,
-                EntrypointOptions::new().concurrency_limit(3),
-                |_job, _ctx| {
-                    std::thread::sleep(Duration::from_millis(100));
-                    Ok(())
-                },
-            )
+            .entrypoint(Entrypoint::new(ep).concurrency_limit(3), |_job, _ctx| {
+                std::thread::sleep(Duration::from_millis(100));
+                Ok(())
+            })
             .build()
             .unwrap()
             .start()

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pgqueuer::{Claimer, EntrypointOptions, Explanation, NewJob, OnFailure, Queue, Status, Worker};
+use pgqueuer::{Claimer, Entrypoint, Explanation, NewJob, OnFailure, Queue, Status, Worker};
 
 use super::python_holding;
 use crate::harness::TestDb;
@@ -21,9 +21,8 @@ fn explain_says_how_a_job_ended() {
     Worker::builder(db.pool(4))
         .threads(1)
         .entrypoint("ok", |_j, _c| Ok(()))
-        .entrypoint_with(
-            "bad",
-            EntrypointOptions::new().on_failure(OnFailure::Hold),
+        .entrypoint(
+            Entrypoint::new("bad").on_failure(OnFailure::Hold),
             |_j, _c| Err("no disk".into()),
         )
         .build()
@@ -86,7 +85,9 @@ fn explain_says_why_a_queued_or_picked_job_is_not_done() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        queue.explain_with(busy, Duration::from_secs(600)).unwrap(),
+        queue
+            .explain_stale_after(busy, Duration::from_secs(600))
+            .unwrap(),
         Explanation::Running { .. }
     ));
 

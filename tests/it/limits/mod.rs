@@ -10,7 +10,7 @@ mod timeouts;
 use std::time::Duration;
 
 use pgqueuer::postgres::Client;
-use pgqueuer::{EntrypointOptions, Worker};
+use pgqueuer::{Entrypoint, Worker};
 use serde_json::json;
 
 use crate::harness::{TestDb, eventually};
@@ -80,9 +80,8 @@ pub fn rust_worker(
         .threads(2)
         .heartbeat_timeout(Duration::from_secs(600))
         .dequeue_timeout(Duration::from_millis(500))
-        .entrypoint_with(
-            entrypoint,
-            EntrypointOptions::new()
+        .entrypoint(
+            Entrypoint::new(entrypoint)
                 .concurrency_limit(limit)
                 .pause_on_larger_limit(pause),
             |_job, _ctx| Ok(()),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pgqueuer::{EntrypointOptions, NewJob, OnFailure, Queue, RetryPolicy, Status, Worker};
+use pgqueuer::{Entrypoint, NewJob, OnFailure, Queue, RetryPolicy, Status, Worker};
 
 use crate::harness::{TestDb, captured};
 
@@ -42,14 +42,12 @@ fn a_timed_out_handler_is_asked_to_stop_and_its_job_fails_or_retries() {
     let once = RetryPolicy::exponential(1, Duration::ZERO, Duration::ZERO).jitter(0.0);
     let summary = Worker::builder(db.pool(4))
         .threads(2)
-        .entrypoint_with(
-            "slow",
-            EntrypointOptions::new().timeout(Duration::from_millis(300)),
+        .entrypoint(
+            Entrypoint::new("slow").timeout(Duration::from_millis(300)),
             handler.clone(),
         )
-        .entrypoint_with(
-            "slow_retry",
-            EntrypointOptions::new()
+        .entrypoint(
+            Entrypoint::new("slow_retry")
                 .timeout(Duration::from_millis(300))
                 .retry(once),
             handler,
@@ -97,9 +95,8 @@ fn a_handler_far_past_its_timeout_is_warned_about() {
     let id = queue.enqueue(NewJob::new("stubborn", "x")).unwrap();
     Worker::builder(db.pool(4))
         .threads(1)
-        .entrypoint_with(
-            "stubborn",
-            EntrypointOptions::new()
+        .entrypoint(
+            Entrypoint::new("stubborn")
                 .timeout(Duration::from_millis(100))
                 .on_failure(OnFailure::Hold),
             |job, _ctx| {

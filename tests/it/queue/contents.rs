@@ -126,7 +126,9 @@ fn bad_input_names_the_field_sends_nothing_and_inserts_nothing() {
         let batch = [job("fine"), bad.clone()];
         let err = queue.enqueue_many(&batch).unwrap_err();
         assert_eq!(field_of(err), format!("jobs[1].{field}"));
-        let err = queue.enqueue_with(&batch, OnConflict::Skip).unwrap_err();
+        let err = queue
+            .enqueue_deduplicated(&batch, OnConflict::Skip)
+            .unwrap_err();
         assert_eq!(field_of(err), format!("jobs[1].{field}"));
     }
     // A batch over the size limit (zeroed memory is lazy: this allocates nothing real).

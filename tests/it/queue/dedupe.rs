@@ -65,7 +65,7 @@ fn skip_leaves_none_where_a_key_is_held_or_repeated() {
     let mut client = db.client();
     let held = queue.enqueue(job("ep").dedupe_key("k")).unwrap();
     let ids = queue
-        .enqueue_with(
+        .enqueue_deduplicated(
             &[
                 job("ep").dedupe_key("k"),
                 job("ep").dedupe_key("x"),
@@ -88,7 +88,7 @@ fn skip_leaves_none_where_a_key_is_held_or_repeated() {
     );
     assert_eq!(
         queue
-            .enqueue_with(&[job("ep").dedupe_key("k")], OnConflict::Skip)
+            .enqueue_deduplicated(&[job("ep").dedupe_key("k")], OnConflict::Skip)
             .unwrap(),
         [None]
     );
@@ -111,7 +111,7 @@ fn update_priority_raises_the_held_job_and_returns_its_id() {
         .enqueue(job("ep").dedupe_key("k").priority(1))
         .unwrap();
     let ids = queue
-        .enqueue_with(
+        .enqueue_deduplicated(
             &[
                 job("ep").dedupe_key("k").priority(5),
                 job("ep").dedupe_key("n"),
@@ -131,7 +131,7 @@ fn update_priority_raises_the_held_job_and_returns_its_id() {
     assert_eq!(priority(&mut client), 5);
     // A lower priority does not lower it.
     let again = queue
-        .enqueue_with(
+        .enqueue_deduplicated(
             &[job("ep").dedupe_key("k").priority(2)],
             OnConflict::UpdatePriority,
         )
@@ -145,7 +145,7 @@ fn update_priority_raises_the_held_job_and_returns_its_id() {
     );
     // A key twice in one call is refused before any SQL.
     let err = queue
-        .enqueue_with(
+        .enqueue_deduplicated(
             &[job("ep").dedupe_key("z"), job("ep").dedupe_key("z")],
             OnConflict::UpdatePriority,
         )

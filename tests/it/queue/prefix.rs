@@ -20,7 +20,7 @@ fn a_queue_with_prefix_and_schema_uses_its_own_objects() {
     let queue = Queue::with_settings(db.pool(2), &settings).unwrap();
     client.batch_execute("LISTEN \"app_ch_pgqueuer\"").unwrap();
     let ids = queue
-        .enqueue_with(
+        .enqueue_deduplicated(
             &[job("p").dedupe_key("k"), job("p").dedupe_key("k")],
             OnConflict::Skip,
         )

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use pgqueuer::web::{Dashboard, WebOptions, WebServer};
-use pgqueuer::{Claimer, EntrypointOptions, JobId, NewJob, OnFailure, Queue, Settings, Worker};
+use pgqueuer::{Claimer, Entrypoint, JobId, NewJob, OnFailure, Queue, Settings, Worker};
 use serde_json::json;
 
 use crate::harness::TestDb;
@@ -310,9 +310,8 @@ pub fn populate(db: &TestDb) -> Fixture {
         .enqueue(NewJob::new("flaky", b"try me".to_vec()))
         .unwrap();
     Worker::builder(db.pool(4))
-        .entrypoint_with(
-            "fragile",
-            EntrypointOptions::new().on_failure(OnFailure::Hold),
+        .entrypoint(
+            Entrypoint::new("fragile").on_failure(OnFailure::Hold),
             |_, _| Err(HELD_REASON.into()),
         )
         .entrypoint("fine", |_, _| Ok(()))

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue, RunningWorker, Worker};
+use pgqueuer::{Entrypoint, NewJob, Queue, RunningWorker, Worker};
 
 use super::{Gate, claiming_ahead};
 use crate::harness::{TestDb, eventually, log_of, scalar};
@@ -28,9 +28,8 @@ fn gated_worker(db: &TestDb, gate: &Gate, warm_for: Duration, limit: u32) -> Run
             std::thread::sleep(warm_for);
             Ok(())
         })
-        .entrypoint_with(
-            "gate",
-            EntrypointOptions::default().concurrency_limit(limit),
+        .entrypoint(
+            Entrypoint::new("gate").concurrency_limit(limit),
             gate.handler(),
         )
         .build()

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use pgqueuer::{EntrypointOptions, NewJob, OnFailure, Queue, Retry, RetryPolicy, Status, Worker};
+use pgqueuer::{Entrypoint, NewJob, OnFailure, Queue, Retry, RetryPolicy, Status, Worker};
 
 use crate::harness::{TestDb, eventually, log_of};
 
@@ -34,9 +34,8 @@ fn retries_log_each_attempt_with_growing_delays() {
     let queue = Queue::new(pool.clone());
     let flaky = queue.enqueue(NewJob::new("flaky", Vec::new())).unwrap();
     let worker = start_worker(&pool, |builder| {
-        builder.entrypoint_with(
-            "flaky",
-            EntrypointOptions::new().retry(
+        builder.entrypoint(
+            Entrypoint::new("flaky").retry(
                 RetryPolicy::exponential(5, Duration::from_millis(200), Duration::from_secs(5))
                     .jitter(0.0),
             ),
@@ -146,9 +145,8 @@ fn hold_keeps_a_failed_job_until_it_is_requeued() {
     let worker = {
         let fail_broken = fail_broken.clone();
         start_worker(&pool, move |builder| {
-            builder.entrypoint_with(
-                "broken",
-                EntrypointOptions::new().on_failure(OnFailure::Hold),
+            builder.entrypoint(
+                Entrypoint::new("broken").on_failure(OnFailure::Hold),
                 move |_job, _ctx| {
                     if fail_broken.load(Ordering::SeqCst) {
                         Err(std::io::Error::other("disk on fire").into())

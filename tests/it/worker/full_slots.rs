@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue, RunningWorker, Worker};
+use pgqueuer::{Entrypoint, NewJob, Queue, RunningWorker, Worker};
 
 use super::Gate;
 use crate::harness::{TestDb, eventually, wait_listeners};
@@ -13,11 +13,7 @@ use crate::harness::{TestDb, eventually, wait_listeners};
 fn gated(db: &TestDb, gate: &Gate) -> RunningWorker {
     Worker::builder(db.pool(4))
         .threads(4)
-        .entrypoint_with(
-            "gate",
-            EntrypointOptions::default().concurrency_limit(2),
-            gate.handler(),
-        )
+        .entrypoint(Entrypoint::new("gate").concurrency_limit(2), gate.handler())
         .build()
         .unwrap()
         .start()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pgqueuer::{EntrypointOptions, Error, NewJob, Queue, Retry, RetryPolicy, Worker};
+use pgqueuer::{Entrypoint, Error, NewJob, Queue, Retry, RetryPolicy, Worker};
 
 use super::{Gate, claiming_ahead};
 use crate::harness::{TestDb, captured, eventually, log_of, scalar, wait_listeners};
@@ -391,17 +391,14 @@ fn out_of_range_durations_are_refused_at_build() {
         ("batch_size", builder().batch_size(usize::MAX)),
         (
             "timeout",
-            builder().entrypoint_with(
-                "t",
-                EntrypointOptions::new().timeout(Duration::MAX),
-                |_job, _ctx| Ok(()),
-            ),
+            builder().entrypoint(Entrypoint::new("t").timeout(Duration::MAX), |_job, _ctx| {
+                Ok(())
+            }),
         ),
         (
             "retry policy",
-            builder().entrypoint_with(
-                "r",
-                EntrypointOptions::new().retry(RetryPolicy::exponential(
+            builder().entrypoint(
+                Entrypoint::new("r").retry(RetryPolicy::exponential(
                     3,
                     Duration::from_secs(1),
                     Duration::MAX,
@@ -590,7 +587,7 @@ fn arbitrary_worker_options_are_refused_by_name_or_work() {
         .run(
             &options,
             |((threads, batch), (dequeue, heartbeat, poll), (deadline, timeout), policy)| {
-                let mut entry = EntrypointOptions::new();
+                let mut entry = Entrypoint::new("e");
                 if let Some(timeout) = timeout {
                     entry = entry.timeout(timeout);
                 }
@@ -609,7 +606,7 @@ fn arbitrary_worker_options_are_refused_by_name_or_work() {
                     .dequeue_timeout(dequeue)
                     .heartbeat_timeout(heartbeat)
                     .poll_interval(poll)
-                    .entrypoint_with("e", entry, |_job, _ctx| Ok(()));
+                    .entrypoint(entry, |_job, _ctx| Ok(()));
                 if let Some(deadline) = deadline {
                     builder = builder.shutdown_deadline(deadline);
                 }

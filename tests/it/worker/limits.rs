@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pgqueuer::{EntrypointOptions, NewJob, Queue, Worker};
+use pgqueuer::{Entrypoint, NewJob, Queue, Worker};
 
 use super::Overlap;
 use crate::harness::{TestDb, scalar};
@@ -51,9 +51,8 @@ fn sixteen_threads_run_every_job_once_within_limits() {
     let mut builder = Worker::builder(pool.clone()).threads(16).batch_size(10);
     for (ep, limit, _) in plan {
         let (seen, running) = (seen.clone(), running.clone());
-        builder = builder.entrypoint_with(
-            ep,
-            EntrypointOptions::new().concurrency_limit(limit),
+        builder = builder.entrypoint(
+            Entrypoint::new(ep).concurrency_limit(limit),
             move |job, _ctx| {
                 let (now, max) = &running[ep];
                 let n = now.fetch_add(1, Ordering::SeqCst) + 1;
@@ -121,9 +120,8 @@ fn a_scarce_slot_turns_over_in_one_commit_unless_slots_are_released() {
             Worker::builder(pool)
                 .threads(2)
                 .reuse_slots(reuse)
-                .entrypoint_with(
-                    "one",
-                    EntrypointOptions::new().concurrency_limit(1),
+                .entrypoint(
+                    Entrypoint::new("one").concurrency_limit(1),
                     move |_job, _ctx| {
                         overlap.during(|| std::thread::sleep(Duration::from_millis(2)));
                         Ok(())

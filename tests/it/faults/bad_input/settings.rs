@@ -34,7 +34,7 @@ fn bad_settings_are_rejected_before_any_sql() {
     for (settings, name) in bad_settings {
         let built = Worker::builder(pool.clone())
             .threads(1)
-            .settings(settings.clone())
+            .settings(&settings)
             .entrypoint("a", |_job, _ctx| Ok(()))
             .build()
             .map(drop);
