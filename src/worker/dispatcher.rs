@@ -271,6 +271,7 @@ impl<'a> Dispatcher<'a> {
             Wake::Resync,
             Wake::Written,
             Wake::Outcomes,
+            Wake::LimitsChanged,
         ] {
             self.doorbell.take(why);
         }
@@ -334,9 +335,11 @@ impl<'a> Dispatcher<'a> {
         let arrived = self.doorbell.is_pending(Wake::Changed);
         if self.doorbell.is_pending(Wake::Resync)
             || self.doorbell.is_pending(Wake::Freed)
+            || self.doorbell.is_pending(Wake::LimitsChanged)
             || (arrived && !gated)
         {
-            // Jobs may have arrived, or slots come free, after this claim's snapshot.
+            // Jobs may have arrived, slots come free or limits changed after this
+            // claim's snapshot.
             return Step::Again;
         }
         // Paused entrypoints (see `limits`) are not waited for; with every one paused,
@@ -543,12 +546,14 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// True when something rang that ends a quiet spell: new jobs (unless the limits
-    /// are what holds claims back), a slot freed by any worker, a reconnected listener,
-    /// written outcomes (slots freed), or outcomes waiting to be folded into a claim.
-    /// It only reads: the claim that follows takes the reasons.
+    /// are what holds claims back), a slot freed by any worker, a change of the limits
+    /// in force, a reconnected listener, written outcomes (slots freed), or outcomes
+    /// waiting to be folded into a claim. It only reads: the claim that follows takes
+    /// the reasons.
     fn quiet_ends(&self, limit_full: bool) -> bool {
         (self.doorbell.is_pending(Wake::Changed) && !limit_full)
             || self.doorbell.is_pending(Wake::Freed)
+            || self.doorbell.is_pending(Wake::LimitsChanged)
             || self.doorbell.is_pending(Wake::Resync)
             || self.doorbell.is_pending(Wake::Written)
             || self.ledger.outcomes().waiting_for_claim()

@@ -25,6 +25,9 @@ pub(crate) enum Wake {
     Outcomes = 16,
     /// A job left the queue table where a concurrency limit is ours: its slot is free.
     Freed = 32,
+    /// The limits in force changed: the limit watch paused or resumed an entrypoint
+    /// (see `limits`), so claims now take other entrypoints than before.
+    LimitsChanged = 64,
 }
 
 /// How the dispatcher is woken: a set of pending [`Wake`] reasons and a token that

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::builder::WorkerConfig;
+use super::doorbell::{Doorbell, Wake};
 use super::ledger::Ledger;
 use super::limits::{self, LimitWatch};
 use super::loop_conn::LoopConn;
@@ -22,6 +23,7 @@ pub(crate) fn run(
     config: &WorkerConfig,
     ledger: &Ledger,
     limits: &LimitWatch,
+    doorbell: &Doorbell,
     stats: &Stats,
     alive: &Receiver<()>,
 ) {
@@ -45,7 +47,12 @@ pub(crate) fn run(
         if !limits.is_empty() && now >= next_check {
             next_check = now + limits::CHECK_INTERVAL;
             match conn.run(|c| limits.check(c, &config.claimer)) {
-                Ok(()) => stats.slots_seen(limits),
+                Ok(changed) => {
+                    stats.slots_seen(limits);
+                    if changed {
+                        doorbell.ring(Wake::LimitsChanged);
+                    }
+                }
                 Err(e) => log::warn!("pgqueuer could not read the slots in use: {e}"),
             }
         }

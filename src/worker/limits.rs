@@ -115,16 +115,19 @@ impl LimitWatch {
         self.watched.is_empty()
     }
 
-    /// Reads the slots in use and updates what is known, warning about disagreements.
+    /// Reads the slots in use and updates what is known, warning about disagreements;
+    /// true when that paused or resumed an entrypoint.
     ///
     /// # Errors
     /// The database's error.
-    pub(crate) fn check(&self, conn: &mut Conn, claimer: &Claimer) -> Result<()> {
+    pub(crate) fn check(&self, conn: &mut Conn, claimer: &Claimer) -> Result<bool> {
         let names: Vec<&str> = self.watched.iter().map(|w| w.entrypoint.as_str()).collect();
         let slots = claimer.slots_in_use(conn, &names)?;
         let mut any_paused = false;
+        let mut changed = false;
         for (w, (highest, in_use)) in self.watched.iter().zip(slots) {
             let mut seen = lock(&w.seen);
+            let was_paused = w.pause_on_larger && seen.larger;
             seen.highest_slot = highest;
             seen.in_use = in_use;
             let larger = highest.is_some_and(|h| h >= i64::from(w.limit));
@@ -160,10 +163,12 @@ impl LimitWatch {
             }
             seen.larger = larger;
             seen.looked = true;
-            any_paused |= larger && w.pause_on_larger;
+            let paused = larger && w.pause_on_larger;
+            changed |= paused != was_paused;
+            any_paused |= paused;
         }
         self.any_paused.store(any_paused, Ordering::SeqCst);
-        Ok(())
+        Ok(changed)
     }
 
     /// The claimer to claim with: `claimer` itself, or, while some entrypoint is paused,

@@ -258,7 +258,7 @@ impl Worker {
                 listener::run(config, doorbell_ref, ledger_ref, stats, alive);
             }));
             handles.push(spawn_named(scope, "pgqueuer-heartbeat".into(), move || {
-                heartbeat::run(config, ledger_ref, limits, stats, alive);
+                heartbeat::run(config, ledger_ref, limits, doorbell_ref, stats, alive);
             }));
             if let Some(deadlines) = &deadlines {
                 handles.push(spawn_named(scope, "pgqueuer-timeouts".into(), move || {

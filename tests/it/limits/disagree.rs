@@ -159,3 +159,38 @@ fn workers_with_equal_limits_report_nothing() {
     b.join().unwrap();
     assert!(captured(&format!("entrypoint {ep:?}")).is_empty());
 }
+
+/// A worker that opted in to pausing counts its entrypoints as paused until its first
+/// look at the slots; when that look finds no larger limit, the resume wakes the
+/// dispatcher at once, rather than at the end of the quiet spell its first, empty claim
+/// began (the 10 s between looks).
+#[test]
+fn a_resume_wakes_the_dispatcher_at_once() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let ep = "resuming";
+    let id = queue.enqueue(NewJob::new(ep, "x")).unwrap();
+    let started = std::time::Instant::now();
+    let worker = Worker::builder(db.pool(4))
+        .threads(1)
+        .dequeue_timeout(Duration::from_secs(30))
+        .entrypoint(
+            Entrypoint::new(ep)
+                .concurrency_limit(2)
+                .pause_on_larger_limit(true),
+            |_job, _ctx| Ok(()),
+        )
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    // Far less than the 10 s to the next look: only a wake explains a start this soon.
+    let statuses = queue.wait_for(&[id], Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        statuses[&id],
+        Status::Successful,
+        "after {:?}",
+        started.elapsed()
+    );
+    worker.join().unwrap();
+}
