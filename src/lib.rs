@@ -90,11 +90,11 @@ pub mod events;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-mod health;
 mod job;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod ops;
+mod payload;
 mod queue;
 pub mod schedules;
 mod schema;
@@ -117,6 +117,7 @@ pub use connect::{
 pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
+pub use payload::{PayloadKind, PayloadView};
 pub use queue::{
     EnqueueTarget, Explanation, NewJob, OnConflict, Queue, QueueOn, QueueSize, SlotHolder,
 };
