@@ -273,11 +273,8 @@ impl Conn {
         // Through a transaction pooler a session setting would reach whichever client
         // gets the server connection next: plans are then left to the statistics.
         if !self.index_plans && self.statements.pooler == Pooler::Direct {
-            self.client.batch_execute(
-                "SET enable_seqscan = off; SET enable_bitmapscan = off; \
-                     SET enable_sort = off; SET jit = off; \
-                     SET plan_cache_mode = force_generic_plan",
-            )?;
+            self.client
+                .batch_execute(crate::sql::SESSION_PLAN_WITH_INDEXES)?;
             self.index_plans = true;
         }
         Ok(())

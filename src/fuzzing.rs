@@ -111,7 +111,8 @@ pub fn web_request_text(text: &str) {
     crate::web::fuzz::request_text(text);
 }
 
-/// The dashboard's payload and headers views (feature `web`).
+/// The payload view ([`PayloadView`](crate::PayloadView): what `pgq job` prints and the
+/// dashboard's job page shows) and the dashboard's headers view (feature `web`).
 #[cfg(feature = "web")]
 pub fn web_payload(shown: &[u8], extra: usize) {
     crate::web::fuzz::payload(shown, extra);

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::payload::PayloadView;
+
 /// A job's id (`pgqueuer.id`).
 pub type JobId = i64;
 
@@ -104,12 +106,8 @@ pub struct Job {
 }
 
 impl Job {
-    /// The column list a statement must return for [`Job::from_row`] (by name, so the
-    /// column order of an upgraded table does not matter).
-    pub(crate) const COLUMNS: &'static str = "id, priority, queue_manager_id, created, updated, heartbeat, \
-         execute_after, status::text AS status, entrypoint, dedupe_key, payload, headers, attempts, slot";
-
-    /// Reads a row returned with [`Job::COLUMNS`] (optionally prefixed by a table alias).
+    /// Reads a row returned with `sql::JOB_COLUMNS` (optionally prefixed by a table
+    /// alias).
     pub(crate) fn from_row(row: &postgres::Row) -> crate::Result<Job> {
         let headers: Option<serde_json::Value> = row.try_get("headers")?;
         Ok(Job {
@@ -144,6 +142,12 @@ impl Job {
         self.payload
             .as_deref()
             .and_then(|p| std::str::from_utf8(p).ok())
+    }
+
+    /// The payload as people read it: text as it is, JSON pretty-printed, other bytes as
+    /// a hex dump, bounded, with its size ([`PayloadView`]); `None` without a payload.
+    pub fn payload_view(&self) -> Option<PayloadView> {
+        self.payload.as_deref().map(PayloadView::of)
     }
 }
 

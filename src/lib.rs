@@ -91,12 +91,12 @@ pub mod events;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-mod health;
 mod job;
 mod lock;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod ops;
+mod payload;
 mod queue;
 pub mod schedules;
 mod schema;
@@ -119,6 +119,7 @@ pub use connect::{
 pub use cron::Cron;
 pub use error::{Error, Result};
 pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
+pub use payload::{PayloadKind, PayloadView};
 pub use queue::{
     EnqueueTarget, Explanation, NewJob, OnConflict, Queue, QueueOn, QueueSize, SlotHolder,
 };

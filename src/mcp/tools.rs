@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use super::RpcError;
 use crate::connect::{Param, Pool, query_alone};
 use crate::settings::Settings;
-use crate::sql::{insight as sql, ops as ops_sql};
+use crate::sql::{mcp as sql, ops as ops_sql};
 use crate::time::{TimeStyle, format_time, parse_iso_period};
 
 /// The most rows one call returns.

@@ -119,13 +119,6 @@ impl Queue {
     /// batch while it inserts it, so batches are kept well below that.
     pub const MAX_BATCH_BYTES: usize = 256 << 20;
 
-    /// The statements of this queue's object names (for readers of the crate's own, such
-    /// as the web dashboard, that run them in a transaction of theirs).
-    #[cfg_attr(not(feature = "web"), allow(dead_code))]
-    pub(crate) fn statements(&self) -> &QueueSql {
-        &self.sql
-    }
-
     /// A queue with PgQueuer's default object names.
     pub fn new(pool: Pool) -> Queue {
         Queue {
@@ -391,7 +384,7 @@ impl Queue {
             (&columns.headers, Type::TEXT_ARRAY),
         ];
         let rows = client
-            .query_insert(self.sql.insert_many(conflict), &params)
+            .query_insert(insert_statement(&self.sql, conflict), &params)
             .map_err(|e| self.insert_error(e, jobs))?;
         let mut ids = vec![None; jobs.len()];
         for row in &rows {
@@ -451,6 +444,15 @@ impl Queue {
             },
             _ => Error::Db(err),
         }
+    }
+}
+
+/// The insert statement of a conflict mode.
+fn insert_statement(sql: &QueueSql, conflict: OnConflict) -> &str {
+    match conflict {
+        OnConflict::Raise => &sql.insert_many_raise,
+        OnConflict::Skip => &sql.insert_many_skip,
+        OnConflict::UpdatePriority => &sql.insert_many_update_priority,
     }
 }
 

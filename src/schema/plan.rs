@@ -198,7 +198,7 @@ impl Planner<'_> {
         if self.have.get("enum", &retired_type).is_some() {
             self.out
                 .statements
-                .push(format!("DROP TYPE IF EXISTS {}", s.qualify(&retired_type)));
+                .push(sql::schema::type_drop(&s.qualify(&retired_type)));
         }
         Ok(self.out)
     }
@@ -215,11 +215,9 @@ impl Planner<'_> {
         let type_name = s.qualify(&s.queue_status_type);
         match self.have.get("enum", &name) {
             None => {
-                let labels: Vec<String> = wanted.iter().map(|l| format!("'{l}'")).collect();
-                self.out.statements.push(format!(
-                    "CREATE TYPE {type_name} AS ENUM ({})",
-                    labels.join(", ")
-                ));
+                self.out
+                    .statements
+                    .push(sql::schema::enum_create(&type_name, &wanted));
             }
             Some(line) => {
                 let present: Vec<&str> = line
@@ -228,9 +226,9 @@ impl Planner<'_> {
                     .map(|labels| labels.split(',').collect())
                     .unwrap_or_default();
                 for label in wanted.iter().filter(|l| !present.contains(l)) {
-                    self.out.statements.push(format!(
-                        "ALTER TYPE {type_name} ADD VALUE IF NOT EXISTS '{label}'"
-                    ));
+                    self.out
+                        .statements
+                        .push(sql::schema::enum_add_label(&type_name, label));
                 }
             }
         }
@@ -258,27 +256,25 @@ impl Planner<'_> {
                     ));
                     continue;
                 }
-                let mut add = format!("ALTER TABLE {qualified} ADD COLUMN {column} {ty}");
-                if not_null {
-                    add.push_str(" NOT NULL");
-                }
-                if let Some(default) = &default {
-                    add.push_str(&format!(" DEFAULT {default}"));
-                }
-                self.out.statements.push(add);
+                self.out.statements.push(sql::schema::column_add(
+                    &qualified,
+                    column,
+                    &ty,
+                    not_null,
+                    default.as_deref(),
+                ));
                 continue;
             };
             let (have_ty, have_not_null, have_default) = column_parts(present);
             if have_ty != ty {
                 if column == "id" && have_ty == "integer" && ty == "bigint" {
-                    self.out.statements.push(format!(
-                        "ALTER TABLE {qualified} ALTER COLUMN id TYPE bigint"
-                    ));
+                    self.out
+                        .statements
+                        .push(sql::schema::column_widen_id(&qualified));
                 } else if column == "status" {
-                    self.out.statements.push(format!(
-                        "ALTER TABLE {qualified} ALTER COLUMN status TYPE {status_type} \
-                         USING status::TEXT::{status_type}"
-                    ));
+                    self.out
+                        .statements
+                        .push(sql::schema::column_retype_status(&qualified, &status_type));
                 } else {
                     self.out.notes.push(format!(
                         "{qualified}.{column} is {have_ty} in the database but {ty} in \
@@ -287,18 +283,16 @@ impl Planner<'_> {
                 }
             }
             if have_not_null != not_null {
-                let change = if not_null { "SET" } else { "DROP" };
-                self.out.statements.push(format!(
-                    "ALTER TABLE {qualified} ALTER COLUMN {column} {change} NOT NULL"
-                ));
+                self.out
+                    .statements
+                    .push(sql::schema::column_not_null(&qualified, column, not_null));
             }
             if have_default != default && column != "id" {
-                self.out.statements.push(match &default {
-                    Some(d) => {
-                        format!("ALTER TABLE {qualified} ALTER COLUMN {column} SET DEFAULT {d}")
-                    }
-                    None => format!("ALTER TABLE {qualified} ALTER COLUMN {column} DROP DEFAULT"),
-                });
+                self.out.statements.push(sql::schema::column_default(
+                    &qualified,
+                    column,
+                    default.as_deref(),
+                ));
             }
         }
     }
@@ -311,17 +305,9 @@ impl Planner<'_> {
         };
         if present.split(' ').nth(2) == Some("integer") {
             let qualified = self.settings.qualify(table);
-            self.out.statements.push(format!(
-                "DO $pgq$
-DECLARE
-    seq text := pg_get_serial_sequence('{qualified}', 'id');
-BEGIN
-    IF seq IS NOT NULL THEN
-        EXECUTE format('ALTER SEQUENCE %s AS BIGINT', seq);
-    END IF;
-END
-$pgq$"
-            ));
+            self.out
+                .statements
+                .push(sql::schema::sequence_widen(&qualified));
         }
     }
 
@@ -342,7 +328,7 @@ $pgq$"
             if definition.starts_with("UNIQUE") {
                 self.out
                     .statements
-                    .push(format!("ALTER TABLE {qualified} ADD {definition}"));
+                    .push(sql::schema::constraint_add(&qualified, definition));
             } else {
                 self.out.notes.push(format!(
                     "{qualified} lacks its {definition}; it is not added"
@@ -374,9 +360,10 @@ $pgq$"
         let name = format!("{}.time_in_queue", s.statistics_table.to_ascii_lowercase());
         if let Some(line) = self.have.get("column", &name) {
             if column_parts(line).1 {
-                self.out.statements.push(format!(
-                    "ALTER TABLE {} ALTER COLUMN time_in_queue DROP NOT NULL",
-                    s.qualify(&s.statistics_table)
+                self.out.statements.push(sql::schema::column_not_null(
+                    &s.qualify(&s.statistics_table),
+                    "time_in_queue",
+                    false,
                 ));
             }
             self.out.notes.push(format!(
@@ -388,7 +375,7 @@ $pgq$"
         if self.have.get("index", &retired).is_some() {
             self.out
                 .statements
-                .push(format!("DROP INDEX IF EXISTS {}", s.qualify(&retired)));
+                .push(sql::schema::index_drop(&s.qualify(&retired)));
         }
     }
 
@@ -422,7 +409,7 @@ $pgq$"
             if have.is_some() {
                 self.out
                     .statements
-                    .push(format!("DROP INDEX IF EXISTS {}", s.qualify(&name)));
+                    .push(sql::schema::index_drop(&s.qualify(&name)));
             }
             if name == statistics_index && !self.created.contains(&table) {
                 self.out.statements.push(sql::statistics_fold(s));
@@ -430,14 +417,9 @@ $pgq$"
             // The definition as pg_get_indexdef wrote it, on the table as the settings
             // name it (`ON pgqueuer`, not `ON public.pgqueuer`).
             let definition = line.trim_start_matches("index ");
-            let definition = match definition.split_once(" ON ") {
-                Some((head, rest)) => {
-                    let tail = rest.split_once(' ').map_or("", |(_, tail)| tail);
-                    format!("{head} ON {} {tail}", s.qualify(&table))
-                }
-                None => definition.to_owned(),
-            };
-            self.out.statements.push(definition);
+            self.out
+                .statements
+                .push(sql::schema::index_create_on(definition, &s.qualify(&table)));
         }
     }
 }

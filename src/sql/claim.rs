@@ -10,7 +10,7 @@
 //! (int8[], aligned with `$2`) when capacity-gated; then the budget (int8) as the next
 //! parameter when budget-gated.
 
-use crate::job::Job;
+use super::JOB_COLUMNS;
 use crate::settings::Settings;
 
 /// The rendered shapes of the claim statement.
@@ -232,19 +232,19 @@ pub(crate) fn queue_claim(
             "WITH\n{}\nSELECT {}, contention.contended{ended}{from} LEFT JOIN claimed ON TRUE \
              ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
-            Job::COLUMNS
+            JOB_COLUMNS
         )
     } else if ending {
         format!(
             "WITH\n{}\nSELECT {}{ended} LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
-            Job::COLUMNS
+            JOB_COLUMNS
         )
     } else {
         format!(
             "WITH\n{}\nSELECT {} FROM claimed ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
-            Job::COLUMNS
+            JOB_COLUMNS
         )
     }
 }

@@ -5,8 +5,20 @@
 
 use crate::settings::Settings;
 
+pub(crate) mod claim;
+#[cfg(feature = "mcp")]
+pub(crate) mod mcp;
+pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod schedule;
+pub(crate) mod schema;
+#[cfg(feature = "web")]
+pub(crate) mod web;
+
+/// The column list a statement must return for `Job::from_row` (by name, so the column
+/// order of an upgraded table does not matter).
+pub(crate) const JOB_COLUMNS: &str = "id, priority, queue_manager_id, created, updated, heartbeat, \
+     execute_after, status::text AS status, entrypoint, dedupe_key, payload, headers, attempts, slot";
 
 /// Takes PgQueuer's schema-upgrade lock (`$1` = the CRC-32 key) for the transaction. The
 /// key is the one Python's session lock takes, so the two wait for each other.
@@ -20,11 +32,6 @@ pub(crate) const CURRENT_DATABASE: &str = "SELECT current_database()::text";
 /// Whether the schema `$1` exists.
 pub(crate) const SCHEMA_EXISTS: &str =
     "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)";
-
-pub(crate) mod claim;
-#[cfg(feature = "mcp")]
-pub(crate) mod insight;
-pub(crate) mod ops;
 
 const CATALOG: &str = include_str!("catalog.sql");
 
@@ -175,10 +182,34 @@ pub(crate) fn quote_identifier(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// `LISTEN` on a channel.
+/// `LISTEN "<channel>"`, the channel quoted as an identifier (embedded quotes doubled),
+/// as PgQueuer 1.6 issues it.
 pub(crate) fn channel_listen(channel: &str) -> String {
     format!("LISTEN {}", quote_identifier(channel))
 }
 
 /// Sends one notification: `$1` channel, `$2` payload.
 pub(crate) const CHANNEL_NOTIFY: &str = "SELECT pg_notify($1::text, $2::text)";
+
+/// Steers a direct connection's planner to the queue's indexes for the rest of the
+/// session (see `Conn::plan_with_indexes`): no sequential or bitmap scans, no sorts,
+/// no JIT, generic plans from the first run.
+pub(crate) const SESSION_PLAN_WITH_INDEXES: &str = "SET enable_seqscan = off; SET enable_bitmapscan = off; \
+     SET enable_sort = off; SET jit = off; \
+     SET plan_cache_mode = force_generic_plan";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_doubles_quotes() {
+        assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
+    }
+
+    #[test]
+    fn listen_quotes_the_channel() {
+        assert_eq!(channel_listen("ch_pgqueuer"), "LISTEN \"ch_pgqueuer\"");
+        assert_eq!(channel_listen("a\"b.c-d"), "LISTEN \"a\"\"b.c-d\"");
+    }
+}

@@ -1,6 +1,6 @@
 //! The operator's statements: statistics aggregation, log pruning, insight queries
-//! (stale jobs, active workers, backlog age, throughput), table persistence and
-//! autovacuum tuning, and LISTEN.
+//! (stale jobs, active workers, backlog age, throughput), the health facts, the
+//! Prometheus figures, table persistence and autovacuum tuning.
 //!
 //! Rendered per call from validated [`Settings`]; these run once per command, not per
 //! job, so nothing is cached. Time spans travel as microseconds (`bigint`) and are turned
@@ -439,12 +439,6 @@ pub(crate) fn tables_set_autovacuum(s: &Settings, reset: bool) -> String {
         .join("\n")
 }
 
-/// `LISTEN "<channel>"`, the channel quoted as an identifier (embedded quotes doubled),
-/// as PgQueuer 1.6 issues it.
-pub(crate) fn channel_listen(channel: &str) -> String {
-    format!("LISTEN \"{}\"", channel.replace('"', "\"\""))
-}
-
 /// This session's own encryption: `ssl`, `version`, `cipher` (one row).
 pub(crate) const CONNECTION_TLS: &str = "SELECT coalesce(s.ssl, false) AS ssl, s.version, s.cipher \
      FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_stat_ssl s ON s.pid = pg_catalog.pg_backend_pid()";
@@ -507,11 +501,5 @@ mod tests {
         ));
         assert!(!reset.contains('='));
         assert_eq!(set.matches(" = ").count(), reset.matches("    ").count());
-    }
-
-    #[test]
-    fn listen_quotes_the_channel() {
-        assert_eq!(channel_listen("ch_pgqueuer"), "LISTEN \"ch_pgqueuer\"");
-        assert_eq!(channel_listen("a\"b.c-d"), "LISTEN \"a\"\"b.c-d\"");
     }
 }

@@ -4,9 +4,7 @@
 //! Bind parameters are typed arrays; every multi-row change is one statement whose
 //! data-modifying CTEs write the queue row and its log row together, as PgQueuer does.
 
-use super::quote_identifier;
-use crate::job::Job;
-use crate::queue::OnConflict;
+use super::JOB_COLUMNS;
 use crate::settings::Settings;
 
 /// Every statement of the producer API for one set of object names.
@@ -51,27 +49,15 @@ pub(crate) struct QueueSql {
     pub(crate) dedupe_index: String,
     /// The capacity-slot index (for error classification).
     pub(crate) slot_index: String,
-    /// `queue_select_shown`: the row `$1` for the dashboard's job page, its payload and
-    /// headers bounded (see [`queue_select_shown`]).
-    #[cfg(feature = "web")]
-    pub(crate) select_shown: String,
-    /// `log_select_shown`: the latest [`HISTORY_SHOWN`] log rows of the job `$1`, oldest
-    /// first, tracebacks bounded.
-    #[cfg(feature = "web")]
-    pub(crate) log_select_shown: String,
-    /// `queue_select_failed_shown`: held rows as `select_failed` gives them, at most `$1`,
-    /// without payloads or headers, reasons cut.
-    #[cfg(feature = "web")]
-    pub(crate) select_failed_shown: String,
 }
 
 impl QueueSql {
     /// Renders every statement for `s`, which must have passed `Settings::validate`.
     pub(crate) fn new(s: &Settings) -> QueueSql {
         QueueSql {
-            insert_many_raise: queue_insert_many(s, OnConflict::Raise),
-            insert_many_skip: queue_insert_many(s, OnConflict::Skip),
-            insert_many_update_priority: queue_insert_many(s, OnConflict::UpdatePriority),
+            insert_many_raise: queue_insert_many(s, Arbiter::None),
+            insert_many_skip: queue_insert_many(s, Arbiter::DoNothing),
+            insert_many_update_priority: queue_insert_many(s, Arbiter::RaisePriority),
             cancel: queue_cancel(s),
             count: queue_count(s),
             clear: queue_clear(s),
@@ -83,28 +69,13 @@ impl QueueSql {
             select: queue_select(s),
             requeue_failed: queue_requeue_failed(s),
             log_select_latest: log_select_latest(s),
-            listen: format!("LISTEN {}", quote_identifier(&s.channel)),
+            listen: super::channel_listen(&s.channel),
             channel: s.channel.clone(),
             // The DDL names objects unquoted, so PostgreSQL folds them to lower case; the
             // trigger's table name and the index names in errors come back folded.
             queue_table: s.queue_table.to_ascii_lowercase(),
             dedupe_index: format!("{}_unique_dedupe_key", s.queue_table).to_ascii_lowercase(),
             slot_index: s.slot_index_name().to_ascii_lowercase(),
-            #[cfg(feature = "web")]
-            select_shown: queue_select_shown(s),
-            #[cfg(feature = "web")]
-            log_select_shown: log_select_shown(s),
-            #[cfg(feature = "web")]
-            select_failed_shown: queue_select_failed_shown(s),
-        }
-    }
-
-    /// The insert statement for a conflict mode.
-    pub(crate) fn insert_many(&self, conflict: OnConflict) -> &str {
-        match conflict {
-            OnConflict::Raise => &self.insert_many_raise,
-            OnConflict::Skip => &self.insert_many_skip,
-            OnConflict::UpdatePriority => &self.insert_many_update_priority,
         }
     }
 }
@@ -112,6 +83,18 @@ impl QueueSql {
 /// Sends one notification per element of `$2` on the channel `$1`, in one statement.
 pub(crate) const CHANNEL_NOTIFY_MANY: &str =
     "SELECT pg_notify($1::text, payload) FROM unnest($2::text[]) AS payload";
+
+/// What an insert does with a row whose dedupe key a queued or picked job holds (the
+/// statement's side of `OnConflict`).
+#[derive(Debug, Clone, Copy)]
+enum Arbiter {
+    /// No ON CONFLICT clause: the unique index raises.
+    None,
+    /// `DO NOTHING`: the row is left out.
+    DoNothing,
+    /// `DO UPDATE`: the held row's priority becomes the larger of the two.
+    RaisePriority,
+}
 
 /// Inserts a batch of jobs given as parallel arrays, and their `queued` log rows, in one
 /// statement; returns `(ord, id)` for every input position that got a job, in input order.
@@ -127,7 +110,7 @@ pub(crate) const CHANNEL_NOTIFY_MANY: &str =
 /// again. The delay is added as whole seconds plus the microsecond remainder, both exact
 /// in double precision, and as a pure time span (never days), so it means the same
 /// elapsed time across a daylight-saving change.
-fn queue_insert_many(s: &Settings, conflict: OnConflict) -> String {
+fn queue_insert_many(s: &Settings, conflict: Arbiter) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let status = s.qualify(&s.queue_status_type);
@@ -136,9 +119,9 @@ fn queue_insert_many(s: &Settings, conflict: OnConflict) -> String {
          AND (dedupe_key IS NOT NULL))"
     );
     let (on_conflict, join) = match conflict {
-        OnConflict::Raise => (String::new(), "i.id = ins.id"),
-        OnConflict::Skip => (format!("{arbiter} DO NOTHING"), "i.id = ins.id"),
-        OnConflict::UpdatePriority => (
+        Arbiter::None => (String::new(), "i.id = ins.id"),
+        Arbiter::DoNothing => (format!("{arbiter} DO NOTHING"), "i.id = ins.id"),
+        Arbiter::RaisePriority => (
             format!("{arbiter} DO UPDATE SET priority = GREATEST(job.priority, EXCLUDED.priority)"),
             "i.id = ins.id OR i.dedupe_key = ins.dedupe_key",
         ),
@@ -244,7 +227,7 @@ fn queue_select_failed(s: &Settings) -> String {
  WHERE job.status = 'failed'::{status}
  ORDER BY job.created, job.id
  LIMIT $1::bigint",
-        columns = Job::COLUMNS
+        columns = JOB_COLUMNS
     )
 }
 
@@ -257,7 +240,7 @@ fn queue_explain_job(s: &Settings) -> String {
        EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS heartbeat_age,
        EXTRACT(EPOCH FROM execute_after - now())::float8 AS due_in
   FROM {queue} WHERE id = $1::bigint",
-        columns = Job::COLUMNS
+        columns = JOB_COLUMNS
     )
 }
 
@@ -305,7 +288,7 @@ fn queue_select(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     format!(
         "SELECT {columns} FROM {queue} WHERE id = ANY($1::bigint[]) ORDER BY id",
-        columns = Job::COLUMNS
+        columns = JOB_COLUMNS
     )
 }
 
@@ -341,120 +324,6 @@ fn log_select_latest(s: &Settings) -> String {
   FROM {log}
  WHERE job_id = ANY($1::bigint[])
  ORDER BY job_id, created DESC, id DESC"
-    )
-}
-
-/// Payload bytes the dashboard's job page reads at most (`substring` in the statement:
-/// a payload of hundreds of MiB costs the page this much, on every live refresh).
-#[cfg(feature = "web")]
-pub(crate) const PAYLOAD_SHOWN: i32 = 16 << 10;
-/// Characters of the headers' JSON text the job page reads at most.
-#[cfg(feature = "web")]
-pub(crate) const HEADERS_SHOWN: i32 = 16 << 10;
-/// Log rows of one job the job page reads at most (the latest ones).
-#[cfg(feature = "web")]
-pub(crate) const HISTORY_SHOWN: i64 = 500;
-/// Characters of a traceback record's JSON text read whole; of a longer one, the type
-/// and message are read cut to [`REASON_SHOWN`] and the traceback text to this.
-#[cfg(feature = "web")]
-const TRACEBACK_SHOWN: i32 = 16 << 10;
-/// Characters of a failure's type and of its message read at most.
-#[cfg(feature = "web")]
-const REASON_SHOWN: i32 = 2000;
-
-/// The jsonb traceback `column`, bounded: itself when its text is short, else an object
-/// of PgQueuer's shape with each field cut (and a note of the whole size).
-#[cfg(feature = "web")]
-fn bounded_traceback(column: &str) -> String {
-    format!(
-        "CASE WHEN {column} IS NULL OR octet_length({column}::text) <= {TRACEBACK_SHOWN}
-      THEN {column}
-      ELSE jsonb_build_object(
-          'exception_type', left({column}->>'exception_type', {REASON_SHOWN}),
-          'exception_message', left({column}->>'exception_message', {REASON_SHOWN}),
-          'traceback', left({column}->>'traceback', {TRACEBACK_SHOWN})
-              || ' [cut: the whole traceback record is '
-              || octet_length({column}::text) || ' bytes]')
- END"
-    )
-}
-
-/// The jsonb traceback `column` as a failure's type and message only, each cut to
-/// [`REASON_SHOWN`] characters (what the dashboard's lists show).
-#[cfg(feature = "web")]
-pub(crate) fn failure_summary(column: &str) -> String {
-    format!(
-        "jsonb_build_object(
-    'exception_type', left({column}->>'exception_type', {REASON_SHOWN}),
-    'exception_message', left({column}->>'exception_message', {REASON_SHOWN}))"
-    )
-}
-
-/// The row `$1 bigint` with [`Job::COLUMNS`]' names, for a page: `payload` holds the
-/// first [`PAYLOAD_SHOWN`] bytes (`payload_bytes`: the whole size), `headers` is NULL and
-/// `headers_text` holds the first [`HEADERS_SHOWN`] characters of their JSON text
-/// (`headers_bytes`: the whole size; JSON `null` reads as none), the dedupe key is cut.
-#[cfg(feature = "web")]
-fn queue_select_shown(s: &Settings) -> String {
-    let queue = s.qualify(&s.queue_table);
-    format!(
-        "SELECT id, priority, queue_manager_id, created, updated, heartbeat, execute_after,
-       status::text AS status, entrypoint, left(dedupe_key, {REASON_SHOWN}) AS dedupe_key,
-       substring(payload FROM 1 FOR {PAYLOAD_SHOWN}) AS payload,
-       octet_length(payload)::bigint AS payload_bytes,
-       NULL::jsonb AS headers,
-       CASE WHEN headers IS NULL OR headers = 'null'::jsonb THEN NULL
-            ELSE left(headers::text, {HEADERS_SHOWN}) END AS headers_text,
-       coalesce(octet_length(headers::text), 0)::bigint AS headers_bytes,
-       attempts, slot
-  FROM {queue}
- WHERE id = $1::bigint"
-    )
-}
-
-/// The latest [`HISTORY_SHOWN`] log rows of the job `$1 bigint`, oldest first, as
-/// `log_select_job` returns them but with tracebacks bounded.
-#[cfg(feature = "web")]
-fn log_select_shown(s: &Settings) -> String {
-    let log = s.qualify(&s.queue_table_log);
-    format!(
-        "SELECT * FROM (
-    SELECT id, created, status::text AS status, priority, entrypoint,
-           {traceback} AS traceback
-      FROM {log}
-     WHERE job_id = $1::bigint
-     ORDER BY created DESC, id DESC
-     LIMIT {HISTORY_SHOWN}
-) latest
- ORDER BY created, id",
-        traceback = bounded_traceback("traceback")
-    )
-}
-
-/// Held (`failed`) rows with their latest failure, as `queue_select_failed` returns
-/// them (at most `$1`), but without payloads, headers or dedupe keys and with the
-/// failure's type and message only, cut.
-#[cfg(feature = "web")]
-fn queue_select_failed_shown(s: &Settings) -> String {
-    let queue = s.qualify(&s.queue_table);
-    let log = s.qualify(&s.queue_table_log);
-    let status = s.qualify(&s.queue_status_type);
-    format!(
-        "SELECT job.id, job.priority, job.queue_manager_id, job.created, job.updated,
-       job.heartbeat, job.execute_after, job.status::text AS status, job.entrypoint,
-       NULL::text AS dedupe_key, NULL::bytea AS payload, NULL::jsonb AS headers,
-       job.attempts, job.slot, reason.failure
-  FROM {queue} AS job
-  LEFT JOIN LATERAL (
-       SELECT {failure} AS failure FROM {log} AS l
-        WHERE l.job_id = job.id AND l.status = 'failed'::{status}
-        ORDER BY l.created DESC, l.id DESC
-        LIMIT 1
-  ) AS reason ON true
- WHERE job.status = 'failed'::{status}
- ORDER BY job.created, job.id
- LIMIT $1::bigint",
-        failure = failure_summary("l.traceback")
     )
 }
 
@@ -506,10 +375,5 @@ mod tests {
         let sql = QueueSql::new(&s);
         assert_eq!(sql.dedupe_index, "myjobs_unique_dedupe_key");
         assert_eq!(sql.queue_table, "myjobs");
-    }
-
-    #[test]
-    fn quoting_doubles_quotes() {
-        assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
     }
 }

@@ -1,5 +1,6 @@
-//! What the pages read: one function per question, each a statement or two on the
-//! caller's transaction (which carries the statement timeout). Nothing here writes.
+//! What the pages read: one function per question, each a statement or two of
+//! [`WebSql`] on the caller's transaction (which carries the statement timeout).
+//! Nothing here writes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,8 +14,7 @@ use uuid::Uuid;
 use crate::connect::{query_alone, query_one_alone};
 use crate::error::Result;
 use crate::job::{FailedJob, Failure, Job, JobId, LogEntry, Status, status_of};
-use crate::queue::Queue;
-use crate::settings::Settings;
+use crate::sql::web::{self as sql, WebSql};
 
 /// The statuses a job's outcome is logged with, as the throughput chart splits them.
 pub(super) const OUTCOMES: [&str; 3] = ["successful", "exception", "canceled"];
@@ -49,14 +49,13 @@ const SAMPLE_ROWS: f64 = 10_000.0;
 /// Every entrypoint with rows in the queue table (or `only` that one), by name.
 pub(super) fn entrypoint_counts<C: GenericClient>(
     client: &mut C,
-    s: &Settings,
+    s: &WebSql,
     only: Option<&str>,
 ) -> Result<Vec<EntrypointCounts>> {
-    let queue = s.qualify(&s.queue_table);
     let rows: f64 = query_one_alone(
         client,
-        "SELECT coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass($1::text)), 0)::float8 AS n",
-        &[(&queue, Type::TEXT)],
+        sql::CATALOG_ROW_ESTIMATE,
+        &[(&s.queue_table, Type::TEXT)],
     )?
     .try_get("n")?;
     if rows < EXACT_BELOW {
@@ -73,24 +72,10 @@ pub(super) fn entrypoint_counts<C: GenericClient>(
 
 fn exact_counts<C: GenericClient>(
     client: &mut C,
-    s: &Settings,
+    s: &WebSql,
     only: Option<&str>,
 ) -> Result<Vec<EntrypointCounts>> {
-    let queue = s.qualify(&s.queue_table);
-    let sql = format!(
-        "SELECT entrypoint,
-       count(*) FILTER (WHERE status::text = 'queued') AS queued,
-       count(*) FILTER (WHERE status::text = 'picked') AS picked,
-       count(*) FILTER (WHERE status::text = 'failed') AS failed,
-       count(*) FILTER (WHERE status::text = 'queued' AND execute_after > now()) AS deferred,
-       min(execute_after) FILTER (WHERE status::text = 'queued' AND execute_after <= now())
-           AS waiting_since
-  FROM {queue}
- WHERE $1::text IS NULL OR entrypoint = $1::text
- GROUP BY entrypoint
- ORDER BY entrypoint"
-    );
-    query_alone(client, &sql, &[(&only, Type::TEXT)])?
+    query_alone(client, &s.queue_count_by_entrypoint, &[(&only, Type::TEXT)])?
         .iter()
         .map(|row| {
             Ok(EntrypointCounts {
@@ -113,73 +98,17 @@ fn exact_counts<C: GenericClient>(
 /// and each entrypoint's earliest due job read exactly through their indexes.
 fn sampled_counts<C: GenericClient>(
     client: &mut C,
-    s: &Settings,
+    s: &WebSql,
     only: Option<&str>,
     percent: f64,
 ) -> Result<Vec<EntrypointCounts>> {
-    let queue = s.qualify(&s.queue_table);
-    let status = s.qualify(&s.queue_status_type);
-    let sql = format!(
-        "WITH RECURSIVE names AS (
-    (SELECT entrypoint FROM {queue} WHERE status = 'queued'::{status}
-      ORDER BY entrypoint, execute_after LIMIT 1)
-    UNION ALL
-    SELECT (SELECT q.entrypoint FROM {queue} q
-             WHERE q.status = 'queued'::{status} AND q.entrypoint > names.entrypoint
-             ORDER BY q.entrypoint, q.execute_after LIMIT 1)
-      FROM names WHERE names.entrypoint IS NOT NULL
-),
-est AS (
-    SELECT entrypoint,
-           count(*) FILTER (WHERE status = 'queued'::{status}) AS queued,
-           count(*) FILTER (WHERE status = 'failed'::{status}) AS failed,
-           count(*) FILTER (WHERE status = 'queued'::{status} AND execute_after > now())
-               AS deferred,
-           count(*) AS n
-      FROM {queue} TABLESAMPLE SYSTEM ($1::float8)
-     GROUP BY entrypoint
-),
-scale AS (
-    -- The planner's way to the table's rows now: its density at the last ANALYZE times
-    -- its size now, over the rows the sample saw.
-    SELECT (CASE WHEN c.relpages > 0
-                 THEN c.reltuples / c.relpages
-                      * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
-                 ELSE c.reltuples END)
-           / greatest((SELECT sum(n) FROM est), 1) AS factor
-      FROM pg_class c WHERE c.oid = to_regclass($3::text)
-),
-picked AS (
-    SELECT entrypoint, count(*) AS picked
-      FROM {queue} WHERE status = 'picked'::{status} GROUP BY entrypoint
-),
-every AS (
-    SELECT entrypoint FROM names WHERE entrypoint IS NOT NULL
-    UNION SELECT entrypoint FROM est
-    UNION SELECT entrypoint FROM picked
-)
-SELECT e.entrypoint,
-       round(coalesce(est.queued, 0) * scale.factor)::bigint AS queued,
-       round(coalesce(est.failed, 0) * scale.factor)::bigint AS failed,
-       round(coalesce(est.deferred, 0) * scale.factor)::bigint AS deferred,
-       coalesce(p.picked, 0) AS picked,
-       (SELECT min(q.execute_after) FROM {queue} q
-         WHERE q.status = 'queued'::{status} AND q.entrypoint = e.entrypoint) AS first_due,
-       now() AS now
-  FROM every e
- CROSS JOIN scale
-  LEFT JOIN est USING (entrypoint)
-  LEFT JOIN picked p USING (entrypoint)
- WHERE $2::text IS NULL OR e.entrypoint = $2::text
- ORDER BY e.entrypoint"
-    );
     query_alone(
         client,
-        &sql,
+        &s.queue_sample_by_entrypoint,
         &[
             (&percent, Type::FLOAT8),
             (&only, Type::TEXT),
-            (&queue, Type::TEXT),
+            (&s.queue_table, Type::TEXT),
         ],
     )?
     .iter()
@@ -242,31 +171,25 @@ impl Minutes {
     pub(super) fn read<C: GenericClient>(
         &mut self,
         client: &mut C,
-        s: &Settings,
+        s: &WebSql,
         only: Option<&str>,
     ) -> Result<Vec<Bucket>> {
         let full = self
             .full_at
             .is_none_or(|at| at.elapsed() >= FULL_READ_EVERY);
-        let now_minute: i64 = query_one_alone(
-            client,
-            "SELECT (EXTRACT(EPOCH FROM now())::bigint / 60) AS m",
-            &[],
-        )?
-        .try_get("m")?;
+        let now_minute: i64 = query_one_alone(client, sql::CLOCK_MINUTE, &[])?.try_get("m")?;
         let from = if full {
             now_minute - i64::try_from(HISTORY.as_secs() / 60).unwrap_or(1440)
         } else {
             self.settled_before
         };
         let priorities: Vec<i32> =
-            query_one_alone(client, &crate::sql::ops::statistics_priorities(s), &[])?
-                .try_get("priorities")?;
+            query_one_alone(client, &s.statistics_priorities, &[])?.try_get("priorities")?;
         // Streamed, not collected: a full read is tens of thousands of rows.
         let from_secs = from * 60;
         let params: [(&(dyn postgres::types::ToSql + Sync), Type); 2] =
             [(&from_secs, Type::INT8), (&priorities, Type::INT4_ARRAY)];
-        let mut rows = client.query_typed_raw(&minutes_since(s), params)?;
+        let mut rows = client.query_typed_raw(&s.log_count_by_minute, params)?;
         // Into a map of its own first: a read that fails half way (a statement timeout)
         // leaves the kept minutes as they were.
         let mut fresh: HashMap<(i64, Status, Arc<str>), u64> = HashMap::new();
@@ -320,31 +243,6 @@ impl Minutes {
     }
 }
 
-/// Transitions per minute, status and entrypoint since `$1 bigint` (Unix seconds):
-/// statistics buckets (`$2 int[]`: their priorities) plus unaggregated log rows, in one
-/// snapshot.
-fn minutes_since(s: &Settings) -> String {
-    let log = s.qualify(&s.queue_table_log);
-    let stats = s.qualify(&s.statistics_table);
-    let since = "to_timestamp($1::bigint)";
-    let recent = crate::sql::ops::statistics_since(since, "$2");
-    format!(
-        "SELECT minute, status, entrypoint, sum(n)::bigint AS n FROM (
-    SELECT (EXTRACT(EPOCH FROM created)::bigint / 60) AS minute, status::text AS status,
-           entrypoint, sum(count) AS n
-      FROM {stats} st
-     WHERE {recent}
-     GROUP BY 1, 2, 3
-    UNION ALL
-    SELECT (EXTRACT(EPOCH FROM created)::bigint / 60), status::text, entrypoint, count(*)
-      FROM {log}
-     WHERE created >= {since} AND NOT aggregated
-     GROUP BY 1, 2, 3
-) t
- GROUP BY minute, status, entrypoint"
-    )
-}
-
 /// Handler durations of one entrypoint (or every one) from the log over a window: from
 /// each `picked` row to the job's next outcome row.
 #[derive(Debug, Clone, Default)]
@@ -359,48 +257,28 @@ pub(super) struct Durations {
 
 pub(super) fn durations<C: GenericClient>(
     client: &mut C,
-    s: &Settings,
+    s: &WebSql,
     window: Duration,
     only: Option<&str>,
 ) -> Result<Vec<Durations>> {
-    let log = s.qualify(&s.queue_table_log);
     let micros = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
-    let sql = format!(
-        "WITH rows AS (
-    SELECT entrypoint, status::text AS status, created,
-           lag(status::text) OVER w AS before, lag(created) OVER w AS before_at
-      FROM {log}
-     WHERE created > now() - $1::bigint * interval '1 microsecond'
-       AND ($2::text IS NULL OR entrypoint = $2::text)
-    WINDOW w AS (PARTITION BY job_id ORDER BY created, id)
-), d AS (
-    SELECT entrypoint, EXTRACT(EPOCH FROM created - before_at)::float8 AS secs
-      FROM rows
-     WHERE before = 'picked'
-       AND status IN ('successful', 'exception', 'canceled', 'failed', 'deleted')
-)
-SELECT entrypoint, count(*) AS completed,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY secs) AS p50,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY secs) AS p95,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY secs) AS p99,
-       max(secs) AS max
-  FROM d
- GROUP BY entrypoint
- ORDER BY entrypoint"
-    );
-    query_alone(client, &sql, &[(&micros, Type::INT8), (&only, Type::TEXT)])?
-        .iter()
-        .map(|row| {
-            Ok(Durations {
-                entrypoint: row.try_get("entrypoint")?,
-                completed: count(row, "completed")?,
-                p50: row.try_get("p50")?,
-                p95: row.try_get("p95")?,
-                p99: row.try_get("p99")?,
-                max: row.try_get("max")?,
-            })
+    query_alone(
+        client,
+        &s.log_select_durations,
+        &[(&micros, Type::INT8), (&only, Type::TEXT)],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(Durations {
+            entrypoint: row.try_get("entrypoint")?,
+            completed: count(row, "completed")?,
+            p50: row.try_get("p50")?,
+            p95: row.try_get("p95")?,
+            p99: row.try_get("p99")?,
+            max: row.try_get("max")?,
         })
-        .collect()
+    })
+    .collect()
 }
 
 /// One row of the jobs list.
@@ -423,27 +301,16 @@ pub(super) struct JobRow {
 /// same), filtered by status and entrypoint.
 pub(super) fn jobs<C: GenericClient>(
     client: &mut C,
-    s: &Settings,
+    s: &WebSql,
     status: Option<Status>,
     entrypoint: Option<&str>,
     (after, offset): (JobId, i64),
     limit: i64,
 ) -> Result<Vec<JobRow>> {
-    let queue = s.qualify(&s.queue_table);
-    let sql = format!(
-        "SELECT id, priority, created, execute_after, status::text AS status, entrypoint,
-       attempts, slot, queue_manager_id, octet_length(payload) AS payload_bytes
-  FROM {queue}
- WHERE id > $1::bigint
-   AND ($2::text IS NULL OR status::text = $2::text)
-   AND ($3::text IS NULL OR entrypoint = $3::text)
- ORDER BY id
- LIMIT $4::bigint OFFSET $5::bigint"
-    );
     let status = status.map(Status::as_str);
     query_alone(
         client,
-        &sql,
+        &s.queue_select_page,
         &[
             (&after, Type::INT8),
             (&status, Type::TEXT),
@@ -470,18 +337,17 @@ pub(super) fn jobs<C: GenericClient>(
     .collect()
 }
 
-pub(super) use crate::sql::queue::HISTORY_SHOWN;
-use crate::sql::queue::failure_summary;
+pub(super) use crate::sql::web::HISTORY_SHOWN;
 
-/// The job page's row: the job with at most [`PAYLOAD_SHOWN`](crate::sql::queue::PAYLOAD_SHOWN) bytes of its payload and
-/// none of its headers (those come as text, bounded).
+/// The job page's row: the job with at most [`PAYLOAD_SHOWN`](sql::PAYLOAD_SHOWN) bytes
+/// of its payload and none of its headers (those come as text, bounded).
 #[derive(Debug, Clone)]
 pub(super) struct JobDetail {
     pub job: Job,
     /// The whole payload's size (`job.payload` holds its first bytes).
     pub payload_bytes: Option<i64>,
-    /// The headers' JSON text, at most [`HEADERS_SHOWN`](crate::sql::queue::HEADERS_SHOWN) characters; `None` for SQL
-    /// NULL and JSON `null`.
+    /// The headers' JSON text, at most [`HEADERS_SHOWN`](sql::HEADERS_SHOWN) characters;
+    /// `None` for SQL NULL and JSON `null`.
     pub headers_text: Option<String>,
     /// The whole headers text's size.
     pub headers_bytes: i64,
@@ -491,11 +357,10 @@ pub(super) struct JobDetail {
 /// its latest [`HISTORY_SHOWN`] log rows (oldest first), tracebacks bounded.
 pub(super) fn job<C: GenericClient>(
     client: &mut C,
-    queue: &Queue,
+    s: &WebSql,
     id: JobId,
 ) -> Result<(Option<JobDetail>, Vec<LogEntry>)> {
-    let sql = queue.statements();
-    let job = query_alone(client, &sql.select_shown, &[(&id, Type::INT8)])?
+    let job = query_alone(client, &s.queue_select_shown, &[(&id, Type::INT8)])?
         .iter()
         .map(|row| -> Result<JobDetail> {
             Ok(JobDetail {
@@ -507,7 +372,7 @@ pub(super) fn job<C: GenericClient>(
         })
         .next()
         .transpose()?;
-    let history = query_alone(client, &sql.log_select_shown, &[(&id, Type::INT8)])?
+    let history = query_alone(client, &s.log_select_shown, &[(&id, Type::INT8)])?
         .iter()
         .map(LogEntry::from_row)
         .collect::<Result<_>>()?;
@@ -518,12 +383,12 @@ pub(super) fn job<C: GenericClient>(
 /// (the list shows neither), reasons cut.
 pub(super) fn failed<C: GenericClient>(
     client: &mut C,
-    queue: &Queue,
+    s: &WebSql,
     limit: i64,
 ) -> Result<Vec<FailedJob>> {
     query_alone(
         client,
-        &queue.statements().select_failed_shown,
+        &s.queue_select_failed_shown,
         &[(&limit, Type::INT8)],
     )?
     .iter()
@@ -550,23 +415,13 @@ pub(super) struct LoggedException {
 /// message only, cut.
 pub(super) fn exceptions<C: GenericClient>(
     client: &mut C,
-    s: &Settings,
+    s: &WebSql,
     entrypoint: Option<&str>,
     limit: i64,
 ) -> Result<Vec<LoggedException>> {
-    let log = s.qualify(&s.queue_table_log);
-    let status = s.qualify(&s.queue_status_type);
-    let sql = format!(
-        "SELECT job_id, created, entrypoint, {failure} AS traceback
-  FROM {log}
- WHERE status = 'exception'::{status} AND ($1::text IS NULL OR entrypoint = $1::text)
- ORDER BY created DESC, id DESC
- LIMIT $2::bigint",
-        failure = failure_summary("traceback")
-    );
     query_alone(
         client,
-        &sql,
+        &s.log_select_exceptions,
         &[(&entrypoint, Type::TEXT), (&limit, Type::INT8)],
     )?
     .iter()
@@ -593,19 +448,10 @@ pub(super) struct HeldSlot {
 
 pub(super) fn held_slots<C: GenericClient>(
     client: &mut C,
-    s: &Settings,
+    s: &WebSql,
     entrypoint: &str,
 ) -> Result<Vec<HeldSlot>> {
-    let queue = s.qualify(&s.queue_table);
-    let status = s.qualify(&s.queue_status_type);
-    let sql = format!(
-        "SELECT id, slot, queue_manager_id, heartbeat
-  FROM {queue}
- WHERE status = 'picked'::{status} AND entrypoint = $1::text
- ORDER BY slot NULLS LAST, id
- LIMIT 500"
-    );
-    query_alone(client, &sql, &[(&entrypoint, Type::TEXT)])?
+    query_alone(client, &s.queue_select_held, &[(&entrypoint, Type::TEXT)])?
         .iter()
         .map(|row| {
             Ok(HeldSlot {
@@ -636,25 +482,14 @@ pub(super) struct SystemInfo {
     pub unaggregated: u64,
 }
 
-pub(super) fn system<C: GenericClient>(client: &mut C, s: &Settings) -> Result<SystemInfo> {
-    let names = [
-        &s.queue_table,
-        &s.queue_table_log,
-        &s.statistics_table,
-        &s.schedules_table,
-    ];
-    let qualified: Vec<String> = names.iter().map(|n| s.qualify(n)).collect();
-    let plain: Vec<String> = names.iter().map(|n| (*n).clone()).collect();
+pub(super) fn system<C: GenericClient>(client: &mut C, s: &WebSql) -> Result<SystemInfo> {
     let rows = query_alone(
         client,
-        "SELECT n.name, c.oid IS NOT NULL AS exists,
-       coalesce(c.relpersistence = 'p', false) AS logged,
-       coalesce(c.reltuples, 0)::bigint AS estimated_rows,
-       coalesce(pg_total_relation_size(c.oid), 0) AS total_bytes
-  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS n(name, qualified, ord)
-  LEFT JOIN pg_class c ON c.oid = to_regclass(n.qualified)
- ORDER BY n.ord",
-        &[(&plain, Type::TEXT_ARRAY), (&qualified, Type::TEXT_ARRAY)],
+        sql::CATALOG_SELECT_TABLES,
+        &[
+            (&s.table_names, Type::TEXT_ARRAY),
+            (&s.tables_qualified, Type::TEXT_ARRAY),
+        ],
     )?;
     let tables = rows
         .iter()
@@ -668,18 +503,9 @@ pub(super) fn system<C: GenericClient>(client: &mut C, s: &Settings) -> Result<S
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let head = query_one_alone(
-        client,
-        "SELECT current_setting('server_version') AS version, current_database() AS db",
-        &[],
-    )?;
-    let log = s.qualify(&s.queue_table_log);
+    let head = query_one_alone(client, sql::SERVER_DESCRIBE, &[])?;
     let unaggregated = if tables.get(1).is_some_and(|t| t.exists) {
-        let row = query_one_alone(
-            client,
-            &format!("SELECT count(*) AS n FROM {log} WHERE NOT aggregated"),
-            &[],
-        )?;
+        let row = query_one_alone(client, &s.log_count_unaggregated, &[])?;
         count(&row, "n")?
     } else {
         0
@@ -690,4 +516,16 @@ pub(super) fn system<C: GenericClient>(client: &mut C, s: &Settings) -> Result<S
         tables,
         unaggregated,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The job page reads as many payload bytes as a payload view shows, no fewer.
+    #[test]
+    fn the_job_page_reads_what_a_payload_view_shows() {
+        assert_eq!(
+            usize::try_from(crate::sql::web::PAYLOAD_SHOWN).ok(),
+            Some(crate::PayloadView::TEXT_BYTES)
+        );
+    }
 }

@@ -13,7 +13,7 @@ use fallible_iterator::FallibleIterator;
 use tokio::sync::{mpsc, watch};
 
 use crate::connect::Pool;
-use crate::sql::quote_identifier;
+use crate::sql::channel_listen;
 
 /// Changes closer together than this become one event.
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -138,9 +138,7 @@ impl Feed {
             };
             match config.connect() {
                 Ok(mut client) => {
-                    if let Err(e) =
-                        client.batch_execute(&format!("LISTEN {}", quote_identifier(channel)))
-                    {
+                    if let Err(e) = client.batch_execute(&channel_listen(channel)) {
                         log::warn!("pgqueuer web: LISTEN failed: {e}");
                     } else {
                         warned = false;

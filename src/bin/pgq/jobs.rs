@@ -166,8 +166,10 @@ fn one_line(text: &str, max: usize) -> String {
     }
 }
 
-/// How a payload is shown: text when it is UTF-8, hex otherwise.
-fn payload_view(payload: Option<&[u8]>) -> (&'static str, String) {
+/// A payload in `--json`: whole and exact, as text when it is UTF-8 and as hex digits
+/// otherwise, so that a program gets its bytes back (people get the bounded
+/// [`Job::payload_view`]).
+fn payload_json(payload: Option<&[u8]>) -> (&'static str, String) {
     match payload {
         None => ("none", String::new()),
         Some(bytes) => match std::str::from_utf8(bytes) {
@@ -179,7 +181,7 @@ fn payload_view(payload: Option<&[u8]>) -> (&'static str, String) {
 
 /// A job's row ([`row_json`]) with its payload, as text or hex.
 fn job_json(job: &Job) -> Value {
-    let (encoding, payload) = payload_view(job.payload.as_deref());
+    let (encoding, payload) = payload_json(job.payload.as_deref());
     let mut row = row_json(job);
     row.insert("payload_encoding".into(), encoding.into());
     row.insert(
@@ -281,12 +283,11 @@ fn print_job(job: &Job) {
     for (name, value) in fields {
         println!("  {name:<14} {value}");
     }
-    let (encoding, payload) = payload_view(job.payload.as_deref());
-    match &job.payload {
+    match job.payload_view() {
         None => println!("\nPayload: none"),
-        Some(bytes) => {
-            println!("\nPayload ({} bytes, {encoding}):", bytes.len());
-            for line in payload.lines() {
+        Some(view) => {
+            println!("\nPayload ({}, {}):", view.size_note(), view.kind);
+            for line in view.text.lines() {
                 println!("  {line}");
             }
         }
@@ -422,13 +423,13 @@ mod tests {
     }
 
     #[test]
-    fn payloads_show_as_text_or_hex() {
-        assert_eq!(payload_view(Some(b"hi")), ("text", "hi".to_owned()));
+    fn json_payloads_are_text_or_hex() {
+        assert_eq!(payload_json(Some(b"hi")), ("text", "hi".to_owned()));
         assert_eq!(
-            payload_view(Some(&[0xff, 0x00, 0x10])),
+            payload_json(Some(&[0xff, 0x00, 0x10])),
             ("hex", "ff0010".to_owned())
         );
-        assert_eq!(payload_view(None).0, "none");
+        assert_eq!(payload_json(None).0, "none");
         assert_eq!(one_line("a\nb", 10), "a…");
         assert_eq!(one_line("abc", 2), "ab…");
         assert_eq!(one_line("abc", 3), "abc");

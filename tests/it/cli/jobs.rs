@@ -277,7 +277,7 @@ fn failed_and_job_show_reasons_payloads_and_history() {
     assert!(
         shown.contains("status queued")
             && shown.contains("Payload (4 bytes, hex):")
-            && shown.contains("fffe0041")
+            && shown.contains("  00000000  ff fe 00 41")
             && shown.contains("\"trace\": \"abc\""),
         "{shown}"
     );

@@ -15,28 +15,30 @@
 //! ([`Handler::admit`], on the runtime thread: cheap checks only) and answers it
 //! ([`Handler::respond`], on a handler thread).
 
+mod deadline;
+mod responses;
+
 use std::convert::Infallible;
-use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use http_body_util::BodyExt;
-use hyper::body::{Body as _, Frame, Incoming, SizeHint};
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
-use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper::body::{Body as _, Incoming};
+use hyper::header::HeaderMap;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+
+use self::deadline::WriteDeadline;
+use self::responses::{Body, closing, response, streaming, too_large};
 
 /// The most bytes of a request's head (request line and headers). hyper answers a
 /// longer head with 431 and closes the connection, having buffered no more than this:
@@ -590,214 +592,6 @@ impl Shared {
             Ok(reply) => response(reply),
             Err(_) => closing(Reply::plain(503, "The dashboard is stopping.\n")),
         }
-    }
-}
-
-fn too_large() -> Reply {
-    Reply::plain(
-        413,
-        &format!("The request body is larger than {MAX_BODY_BYTES} bytes; nothing was read.\n"),
-    )
-}
-
-/// `reply` with `Connection: close`: the rest of the request is never read, so the
-/// connection cannot carry another.
-fn closing(mut reply: Reply) -> hyper::Response<Body> {
-    reply.headers.push(("Connection", "close".into()));
-    response(reply)
-}
-
-/// Headers every answer carries: nothing is cached, sniffed or framed, and pages load
-/// scripts and styles from this server only.
-const COMMON_HEADERS: [(&str, &str); 4] = [
-    ("cache-control", "no-store"),
-    ("x-content-type-options", "nosniff"),
-    ("x-frame-options", "DENY"),
-    (
-        "content-security-policy",
-        "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
-         frame-ancestors 'none'",
-    ),
-];
-
-fn with_headers(
-    status: u16,
-    content_type: &'static str,
-    extra: Vec<(&'static str, String)>,
-    body: Body,
-) -> hyper::Response<Body> {
-    let mut response = hyper::Response::new(body);
-    *response.status_mut() =
-        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = response.headers_mut();
-    headers.insert(
-        hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static(content_type),
-    );
-    for (name, value) in COMMON_HEADERS {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    for (name, value) in extra {
-        // Values the handlers make from ids and paths; one that is not a valid header
-        // value is left out rather than sent broken.
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            headers.insert(name, value);
-        }
-    }
-    response
-}
-
-fn response(reply: Reply) -> hyper::Response<Body> {
-    with_headers(
-        reply.status,
-        reply.content_type,
-        reply.headers,
-        Body::Whole(Some(Bytes::from(reply.body))),
-    )
-}
-
-fn streaming(stream: Streaming) -> hyper::Response<Body> {
-    with_headers(
-        200,
-        stream.content_type,
-        stream.headers,
-        Body::Pieces(stream.body),
-    )
-}
-
-/// A response body: whole, or in pieces as they come.
-pub(super) enum Body {
-    /// `None` once sent.
-    Whole(Option<Bytes>),
-    Pieces(mpsc::Receiver<Bytes>),
-}
-
-impl hyper::body::Body for Body {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            Body::Whole(body) => Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
-            Body::Pieces(pieces) => pieces.poll_recv(cx).map(|p| p.map(|b| Ok(Frame::data(b)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Whole(None))
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Body::Whole(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            Body::Whole(None) => SizeHint::with_exact(0),
-            Body::Pieces(_) => SizeHint::default(),
-        }
-    }
-}
-
-/// A connection whose writes fail with `TimedOut` once one has waited
-/// [`Limits::write_timeout`] without the client taking a byte (a client that never
-/// reads its response would otherwise hold the connection, and what hyper buffered for
-/// it, for ever). Reads pass through: hyper bounds the wait for a request head, and the
-/// server the wait for a body. An event stream, which writes a few bytes now and then,
-/// meets the limit only when its client stops reading.
-struct WriteDeadline<T> {
-    io: T,
-    timeout: Duration,
-    /// Armed when a write first waits, disarmed when one makes progress.
-    deadline: Pin<Box<Sleep>>,
-    armed: bool,
-}
-
-impl<T> WriteDeadline<T> {
-    fn new(io: T, timeout: Duration) -> Self {
-        WriteDeadline {
-            io,
-            timeout,
-            deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            armed: false,
-        }
-    }
-
-    fn watch<R>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
-        match poll {
-            Poll::Ready(result) => {
-                self.armed = false;
-                Poll::Ready(result)
-            }
-            Poll::Pending => {
-                if !self.armed {
-                    self.armed = true;
-                    // The options cap timeouts at a day, so this cannot overflow.
-                    self.deadline.as_mut().reset(Instant::now() + self.timeout);
-                }
-                match self.deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the client read nothing for {} ms",
-                            self.timeout.as_millis()
-                        ),
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-        }
-    }
-}
-
-impl<T: Read + Unpin> Read for WriteDeadline<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl<T: Write + Unpin> Write for WriteDeadline<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let poll = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.watch(cx, poll)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.watch(cx, poll)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let poll = Pin::new(&mut this.io).poll_flush(cx);
-        this.watch(cx, poll)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let poll = Pin::new(&mut this.io).poll_shutdown(cx);
-        this.watch(cx, poll)
     }
 }
 

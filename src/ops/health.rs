@@ -13,8 +13,11 @@ use std::time::{Duration, SystemTime};
 use postgres::GenericClient;
 use postgres::types::Type;
 
+use super::micros_of;
 use crate::connect;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::settings::Settings;
 use crate::sql::ops as sql;
 
@@ -151,12 +154,8 @@ pub fn health<C: GenericClient>(
     options: &HealthOptions,
 ) -> Result<Health> {
     settings.validate()?;
-    let micros = |field: &str, d: Duration| {
-        i64::try_from(d.as_micros())
-            .map_err(|_| Error::invalid(field, format!("{d:?} does not fit an interval")))
-    };
-    let stale_us = micros("stale_after", options.stale_after)?;
-    let window_us = micros("window", options.window)?;
+    let stale_us = micros_of("stale_after", options.stale_after)?;
+    let window_us = micros_of("window", options.window)?;
     let mut reasons = Vec::new();
     let facts = crate::schema::describe_in(client, settings)?;
     let missing = crate::schema::missing_objects(&facts, settings);
