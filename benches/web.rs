@@ -139,8 +139,7 @@ fn run(config: &Config, dsn: &str, rows: i64, rounds: usize) {
     };
     let pool = pgqueuer::connect_with(dsn, &options).unwrap();
     let before = peak_rss_mib();
-    let server = Dashboard::new(pool, &pgqueuer::Settings::default())
-        .unwrap()
+    let server = Dashboard::new(pool)
         .options(WebOptions::default())
         .serve("127.0.0.1:0")
         .unwrap();
@@ -195,5 +194,5 @@ fn run(config: &Config, dsn: &str, rows: i64, rounds: usize) {
         peak_rss_mib()
     );
     println!("\n{rows} jobs, {rows} log rows; {rounds} requests per page after one warm-up");
-    server.shutdown();
+    server.join();
 }

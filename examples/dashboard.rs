@@ -8,15 +8,15 @@
 
 use std::time::Duration;
 
+use pgqueuer::Worker;
 use pgqueuer::web::{Dashboard, WebOptions};
-use pgqueuer::{Settings, Worker};
 
 fn main() -> Result<(), pgqueuer::Error> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let pool = pgqueuer::connect("")?;
     pgqueuer::upgrade(pool.get().map_err(pgqueuer::Error::Pool)?.client())?;
 
-    let admin = Dashboard::new(pool.clone(), &Settings::default())?
+    let admin = Dashboard::new(pool.clone())
         .options(WebOptions::from_env()?)
         .serve("127.0.0.1:8080")?;
     println!("dashboard on http://{}/", admin.addr());
@@ -37,6 +37,6 @@ fn main() -> Result<(), pgqueuer::Error> {
     ctrlc::set_handler(move || stop.shutdown()).expect("install a Ctrl-C handler");
     worker.run()?;
     // The page says "server stopped" to whoever still has it open.
-    admin.shutdown();
+    admin.join();
     Ok(())
 }

@@ -15,11 +15,11 @@
 //! use pgqueuer::web::{Dashboard, WebOptions};
 //!
 //! let pool = pgqueuer::connect("postgres://postgres@127.0.0.1/app")?;
-//! let server = Dashboard::new(pool, &pgqueuer::Settings::default())?
+//! let server = Dashboard::new(pool)
 //!     .options(WebOptions::from_env()?)
 //!     .serve("127.0.0.1:8080")?;
 //! println!("dashboard on http://{}", server.addr());
-//! server.join(); // or keep `server` and call `server.shutdown()` when the program stops
+//! server.wait(); // serves until the process stops; `server.join()` stops it and waits
 //! # Ok(())
 //! # }
 //! ```
@@ -298,12 +298,22 @@ pub struct Dashboard {
 }
 
 impl Dashboard {
-    /// A dashboard of the queue named by `settings`, reading through `pool` (an
-    /// application's own pool works: each request holds one connection for its reads).
+    /// A dashboard of the queue with PgQueuer's default object names, reading through
+    /// `pool` (an application's own pool works: each request holds one connection for
+    /// its reads).
+    pub fn new(pool: Pool) -> Dashboard {
+        Dashboard {
+            pool,
+            settings: Settings::default(),
+            options: WebOptions::default(),
+        }
+    }
+
+    /// As [`Dashboard::new`], for the queue named by `settings`.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] for a bad name.
-    pub fn new(pool: Pool, settings: &Settings) -> Result<Dashboard> {
+    pub fn with_settings(pool: Pool, settings: &Settings) -> Result<Dashboard> {
         settings.validate()?;
         Ok(Dashboard {
             pool,
@@ -320,7 +330,7 @@ impl Dashboard {
     }
 
     /// Binds `addr` (`host:port`; port 0 picks a free one) and serves on threads of its
-    /// own until [`WebServer::shutdown`].
+    /// own until [`WebServer::join`].
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming `addr` when it cannot be bound (in use, not an
@@ -454,16 +464,16 @@ impl WebServer {
         self.addr
     }
 
-    /// Stops serving: open event streams tell their pages and end, requests in flight
-    /// are answered (for up to two seconds), and every thread is joined. Dropping the
-    /// server does the same.
-    pub fn shutdown(mut self) {
+    /// Stops serving and waits until it has: open event streams tell their pages and
+    /// end, requests in flight are answered (for up to two seconds), and every thread is
+    /// joined. Dropping the server does the same.
+    pub fn join(mut self) {
         self.stop_and_join();
     }
 
-    /// Blocks until the server stops (for a program whose only job is serving; it stops
-    /// when the process does).
-    pub fn join(mut self) {
+    /// Blocks until the server stops, without stopping it (for a program whose only
+    /// job is serving; it stops when the process does).
+    pub fn wait(mut self) {
         if let Some(running) = self.running.as_mut() {
             running.join();
         }

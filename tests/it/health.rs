@@ -85,8 +85,7 @@ fn a_healthy_fleet_is_ok() {
     assert_eq!(code, 0, "{out}");
     let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(json["verdict"], "OK");
-    let dashboard = pgqueuer::web::Dashboard::new(db.pool(2), &Settings::default())
-        .unwrap()
+    let dashboard = pgqueuer::web::Dashboard::new(db.pool(2))
         .serve("127.0.0.1:0")
         .unwrap();
     let answer = crate::web::get(dashboard.addr(), "/healthz?deep=1");
@@ -96,7 +95,7 @@ fn a_healthy_fleet_is_ok() {
         "{}",
         answer.body
     );
-    dashboard.shutdown();
+    dashboard.join();
     worker.terminate();
 }
 

@@ -321,7 +321,7 @@ fn web(ctx: &Context, host: &str, port: u16, allowed_hosts: Vec<String>) -> Outc
     } else {
         format!("{host}:{port}")
     };
-    let server = pgqueuer::web::Dashboard::new(pool, &ctx.settings)?
+    let server = pgqueuer::web::Dashboard::with_settings(pool, &ctx.settings)?
         .options(web_options)
         .serve(&addr)?;
     let bound = server.addr();
@@ -333,7 +333,7 @@ fn web(ctx: &Context, host: &str, port: u16, allowed_hosts: Vec<String>) -> Outc
         );
     }
     println!("pgq web: serving http://{bound}/ (metrics at /metrics); Ctrl-C stops");
-    server.join();
+    server.wait();
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pgqueuer::postgres::NoTls;
 use pgqueuer::web::{Dashboard, WebOptions};
-use pgqueuer::{NewJob, Queue, Scheduler, Settings};
+use pgqueuer::{NewJob, Queue, Scheduler};
 
 use super::checks::{RUNS_DDL, max_overlap, wait_all_done};
 use super::process::{spawn_fleet, terminate_all, worker_args};
@@ -106,8 +106,7 @@ fn workers_follow_a_promoted_standby() {
             .start()
             .unwrap()
     };
-    let dashboard = Dashboard::new(small_pool(), &Settings::default())
-        .unwrap()
+    let dashboard = Dashboard::new(small_pool())
         .options(WebOptions::default())
         .serve("127.0.0.1:0")
         .unwrap();
@@ -167,7 +166,7 @@ fn workers_follow_a_promoted_standby() {
         .expect("wait_for carried on through the switch");
     assert_eq!(waited_for.len(), 1, "{waited_for:?}");
     scheduler.join().unwrap();
-    dashboard.shutdown();
+    dashboard.join();
     terminate_all(&mut fleet);
     let twice: i64 = scalar(
         &mut db,

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use pgqueuer::web::{Dashboard, WebOptions};
-use pgqueuer::{NewJob, Queue, Settings, Status};
+use pgqueuer::{NewJob, Queue, Status};
 
 use super::{dashboard, get, populate, request};
 use crate::harness::{TestDb, Throwaway, scalar};
@@ -69,7 +69,7 @@ fn basic_auth_guards_every_path_when_configured() {
         Some("ids=1"),
     );
     assert_eq!(answer.status, 401);
-    server.shutdown();
+    server.join();
 
     // One of the two variables alone is refused with its name.
     let err = WebOptions::from_lookup(|k| (k == "PGQUEUER_WEB_USER").then(|| "admin".into()))
@@ -172,7 +172,7 @@ fn actions_come_only_from_the_dashboards_own_pages() {
         assert_eq!(answer.status, 400, "{bad:?}");
     }
     assert_eq!(get(addr, "/healthz").status, 200);
-    server.shutdown();
+    server.join();
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn bad_input_gets_400_unknown_things_404_and_the_server_serves_on() {
             "still serving after {path}"
         );
     }
-    server.shutdown();
+    server.join();
 }
 
 /// A slow database (a lock held past the statement timeout) and a stopped one both get
@@ -257,7 +257,7 @@ fn a_slow_or_dead_database_gets_503_in_bounded_time() {
         200,
         "served again once the lock is gone"
     );
-    server.shutdown();
+    server.join();
 
     // Dead: a server of the test's own, stopped.
     let own = Throwaway::new(&[]).unwrap_or_else(|e| panic!("throwaway server: {e}"));
@@ -272,8 +272,7 @@ fn a_slow_or_dead_database_gets_503_in_bounded_time() {
         ..Default::default()
     };
     let pool = pgqueuer::connect_with(&dsn, &connect).unwrap();
-    let server = Dashboard::new(pool, &Settings::default())
-        .unwrap()
+    let server = Dashboard::new(pool)
         .options(options)
         .serve("127.0.0.1:0")
         .unwrap();
@@ -295,7 +294,7 @@ fn a_slow_or_dead_database_gets_503_in_bounded_time() {
         get(addr, "/").status == 200
     });
     assert_eq!(get(addr, "/healthz").status, 200);
-    server.shutdown();
+    server.join();
 }
 
 /// `Debug` of the options (and of a dashboard holding them) shows the user, never the
@@ -312,9 +311,7 @@ fn debug_never_prints_the_password() {
         );
     }
     let db = TestDb::new();
-    let dashboard = Dashboard::new(db.pool(1), &Settings::default())
-        .unwrap()
-        .options(options);
+    let dashboard = Dashboard::new(db.pool(1)).options(options);
     let text = format!("{dashboard:?}");
     assert!(!text.contains("hunter2-pw"), "{text}");
 }
@@ -386,7 +383,7 @@ fn event_streams_tell_changes_take_64_and_say_closing() {
         s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
     });
 
-    server.shutdown();
+    server.join();
     read_until(&mut stream, &mut seen, "event: closing");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))

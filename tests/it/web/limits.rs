@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use pgqueuer::web::{Dashboard, WebOptions};
-use pgqueuer::{NewJob, Queue, Settings};
+use pgqueuer::{NewJob, Queue};
 
 use super::hostile::{exchange, quick_options};
 use super::{PgqWeb, dashboard, get, request};
@@ -162,7 +162,7 @@ fn allowed_hosts_are_answered_and_checked() {
         Some(&format!("ids={held}")),
     );
     assert_eq!(answer.status, 303, "{}", answer.body);
-    server.shutdown();
+    server.join();
 
     let options = WebOptions::from_lookup(|k| {
         (k == "PGQUEUER_WEB_ALLOWED_HOSTS").then(|| " a.test, b.test:81 ,, [fd00::1]:80".into())
@@ -184,8 +184,7 @@ fn allowed_hosts_are_answered_and_checked() {
 
     // Bad options are refused at serve(), naming the field.
     let serve = |options: WebOptions| {
-        Dashboard::new(db.pool(1), &Settings::default())
-            .unwrap()
+        Dashboard::new(db.pool(1))
             .options(options)
             .serve("127.0.0.1:0")
             .map(drop)

@@ -203,5 +203,5 @@ fn metrics_parse_with_the_reference_parser_and_match_the_database() {
     #[allow(clippy::cast_precision_loss)]
     let after = after as f64;
     assert_eq!(after, unaggregated, "a scrape does not aggregate");
-    server.shutdown();
+    server.join();
 }

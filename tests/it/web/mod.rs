@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use pgqueuer::web::{Dashboard, WebOptions, WebServer};
-use pgqueuer::{Claimer, Entrypoint, JobId, NewJob, OnFailure, Queue, Settings, Worker};
+use pgqueuer::{Claimer, Entrypoint, JobId, NewJob, OnFailure, Queue, Worker};
 use serde_json::json;
 
 use crate::harness::TestDb;
@@ -23,8 +23,7 @@ use crate::python;
 
 /// A dashboard of `db`'s queue on a free loopback port.
 pub fn dashboard(db: &TestDb, options: WebOptions) -> WebServer {
-    Dashboard::new(db.pool(4), &Settings::default())
-        .unwrap()
+    Dashboard::new(db.pool(4))
         .options(options)
         .serve("127.0.0.1:0")
         .unwrap()

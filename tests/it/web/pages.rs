@@ -134,7 +134,7 @@ fn every_page_shows_the_queue() {
         assert_eq!(asset.status, 200, "{path}");
         assert!(asset.body.len() > 500, "{path} is embedded");
     }
-    server.shutdown();
+    server.join();
 }
 
 /// A payload, entrypoint and traceback holding markup are shown as text, everywhere.
@@ -181,7 +181,7 @@ fn hostile_values_render_as_text() {
     );
     let page = get(addr, "/failures");
     assert!(page.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
-    server.shutdown();
+    server.join();
 }
 
 /// The figure of the overview card `id`.
@@ -240,7 +240,7 @@ fn window_figures_count_each_transition_once_across_aggregations() {
     run(3);
     pgqueuer::ops::aggregate_log(&mut db.client(), &pgqueuer::Settings::default()).unwrap();
     assert_eq!(successful(&get(addr, "/").body), 15, "nor lost");
-    server.shutdown();
+    server.join();
 }
 
 /// A queue too large to count on each view: queued, deferred and failed are estimated
@@ -288,7 +288,7 @@ fn a_large_queue_is_estimated_and_says_so() {
         page.body.contains("/entrypoints/lonely"),
         "the lonely entrypoint is listed"
     );
-    server.shutdown();
+    server.join();
 }
 
 /// A job with a 10 MB payload, 100 kB of headers and a 2 MB traceback: the job and
