@@ -676,8 +676,8 @@ impl Claimer {
         )?
         .iter()
         .map(|row| {
-            let held: i64 = row.try_get("held")?;
-            Ok((row.try_get("highest")?, u64::try_from(held).unwrap_or(0)))
+            let in_use: i64 = row.try_get("in_use")?;
+            Ok((row.try_get("highest")?, u64::try_from(in_use).unwrap_or(0)))
         })
         .collect()
     }

@@ -625,11 +625,11 @@ fn run(pool: &Pool, s: &Settings, args: &Args<'_>) -> std::result::Result<Answer
                             .map(|(_, l)| *l);
                         let implied = u.highest.map(|h| h + 1);
                         let over = declared_limit.is_some_and(|l| {
-                            u.held > u64::from(l) || implied.is_some_and(|i| i > i64::from(l))
+                            u.in_use > u64::from(l) || implied.is_some_and(|i| i > i64::from(l))
                         });
                         json!({
                             "entrypoint": u.entrypoint,
-                            "held": u.held,
+                            "in_use": u.in_use,
                             "highest": u.highest,
                             "unslotted": u.unslotted,
                             "implied_limit": implied,

@@ -273,7 +273,7 @@ pub fn health<C: GenericClient>(
             };
             let limit = u64::from(*limit);
             let highest = slots.highest.and_then(|h| u64::try_from(h).ok());
-            if slots.held > limit || highest.is_some_and(|h| h >= limit) {
+            if slots.in_use > limit || highest.is_some_and(|h| h >= limit) {
                 reasons.push(Reason {
                     verdict: Verdict::Degraded,
                     code: "over_limit",
@@ -281,7 +281,7 @@ pub fn health<C: GenericClient>(
                         "{}: {} slots held, the highest {}, against a declared limit of \
                          {limit}: a worker declares a larger limit",
                         slots.entrypoint,
-                        slots.held,
+                        slots.in_use,
                         highest.map_or_else(|| "-".to_owned(), |h| h.to_string())
                     ),
                 });

@@ -85,16 +85,16 @@ pub struct QueueAge {
 pub struct SlotUse {
     /// The entrypoint.
     pub entrypoint: String,
-    /// Picked jobs holding a slot.
-    pub held: u64,
-    /// The highest slot held: any worker that holds it declares a limit above it.
+    /// Slots in use: picked jobs holding a slot.
+    pub in_use: u64,
+    /// The highest slot in use: the worker holding it declares a limit above it.
     pub highest: Option<i64>,
     /// Picked jobs without a slot (an entrypoint without a limit, or jobs picked before
     /// slots existed).
     pub unslotted: u64,
 }
 
-/// The slots held per entrypoint with picked jobs, by entrypoint. Slots are numbered
+/// The slots in use per entrypoint with picked jobs, by entrypoint. Slots are numbered
 /// from 0 below the limit of the worker that took them, so `highest + 1` is the smallest
 /// limit that worker can have declared; workers that declare different limits for one
 /// entrypoint show as a `highest` at or above the smaller limit.
@@ -108,7 +108,7 @@ pub fn slots_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Re
         .map(|row| {
             Ok(SlotUse {
                 entrypoint: row.try_get("entrypoint")?,
-                held: count_of(row, "held")?,
+                in_use: count_of(row, "in_use")?,
                 highest: row.try_get("highest")?,
                 unslotted: count_of(row, "unslotted")?,
             })

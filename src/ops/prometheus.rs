@@ -99,14 +99,14 @@ pub fn prometheus_text<C: GenericClient>(
     series(
         &mut out,
         "pgqueuer_slots_in_use",
-        "Concurrency slots held by picked jobs, per entrypoint with a limit.",
+        "Concurrency slots in use by picked jobs, per entrypoint with a limit.",
     );
     for slot in &limited {
         let _ = writeln!(
             out,
             "pgqueuer_slots_in_use{{entrypoint=\"{}\"}} {}",
             label_value(&slot.entrypoint),
-            slot.held
+            slot.in_use
         );
     }
     series(

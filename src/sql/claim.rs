@@ -402,7 +402,7 @@ pub(crate) fn queue_slots_in_use(s: &Settings) -> String {
          (SELECT slot FROM {queue} WHERE entrypoint = e.entrypoint AND status = 'picked'::{status} \
          AND slot IS NOT NULL ORDER BY slot DESC LIMIT 1) AS highest,
          (SELECT count(*) FROM {queue} WHERE entrypoint = e.entrypoint AND status = 'picked'::{status} \
-         AND slot IS NOT NULL) AS held
+         AND slot IS NOT NULL) AS in_use
          FROM UNNEST($1::text[]) WITH ORDINALITY AS e(entrypoint, ord) ORDER BY e.ord"
     )
 }

@@ -299,13 +299,13 @@ SELECT p.entrypoint, p.peak::bigint AS peak, p.peak_at,
 pub(crate) const LOG_ID_CACHE: &str = "SELECT s.seqcache FROM pg_catalog.pg_sequence s \
      WHERE s.seqrelid = pg_catalog.pg_get_serial_sequence($1::text, 'id')::regclass";
 
-/// Per entrypoint with picked jobs: how many hold a concurrency slot (`held`), the
-/// highest slot held (`highest`), and how many are picked without one (`unslotted`).
+/// Per entrypoint with picked jobs: how many hold a concurrency slot (`in_use`), the
+/// highest slot in use (`highest`), and how many are picked without one (`unslotted`).
 pub(crate) fn queue_select_slots(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let status = s.qualify(&s.queue_status_type);
     format!(
-        "SELECT entrypoint, count(slot) AS held, max(slot) AS highest,
+        "SELECT entrypoint, count(slot) AS in_use, max(slot) AS highest,
        count(*) FILTER (WHERE slot IS NULL) AS unslotted
   FROM {queue} WHERE status = 'picked'::{status}
  GROUP BY entrypoint ORDER BY entrypoint"

@@ -23,7 +23,7 @@ const TRACEBACK_SHOWN: i32 = 16 << 10;
 /// Characters of a failure's type and of its message read at most.
 const REASON_SHOWN: i32 = 2000;
 /// Picked jobs of one entrypoint its page lists at most.
-const HELD_SHOWN: i64 = 500;
+const PICKED_SHOWN: i64 = 500;
 
 /// The planner's estimate of the rows of the table `$1 text` (a qualified name), 0 when
 /// there is no such table: `n float8`.
@@ -94,8 +94,8 @@ pub(crate) struct WebSql {
     pub(crate) queue_select_failed_shown: String,
     /// `log_select_exceptions`: the latest `$2` exceptions (of entrypoint `$1` or all).
     pub(crate) log_select_exceptions: String,
-    /// `queue_select_held`: the picked jobs of entrypoint `$1`, by slot.
-    pub(crate) queue_select_held: String,
+    /// `queue_select_picked`: the picked jobs of entrypoint `$1`, by slot.
+    pub(crate) queue_select_picked: String,
     /// `log_count_unaggregated`: log rows no aggregation has folded yet.
     pub(crate) log_count_unaggregated: String,
 }
@@ -123,7 +123,7 @@ impl WebSql {
             log_select_shown: log_select_shown(s),
             queue_select_failed_shown: queue_select_failed_shown(s),
             log_select_exceptions: log_select_exceptions(s),
-            queue_select_held: queue_select_held(s),
+            queue_select_picked: queue_select_picked(s),
             log_count_unaggregated: format!(
                 "SELECT count(*) AS n FROM {} WHERE NOT aggregated",
                 s.qualify(&s.queue_table_log)
@@ -396,9 +396,9 @@ fn log_select_exceptions(s: &Settings) -> String {
     )
 }
 
-/// The picked jobs of entrypoint `$1 text` (at most [`HELD_SHOWN`]), by slot then id,
+/// The picked jobs of entrypoint `$1 text` (at most [`PICKED_SHOWN`]), by slot then id,
 /// with their worker and heartbeat.
-fn queue_select_held(s: &Settings) -> String {
+fn queue_select_picked(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let status = s.qualify(&s.queue_status_type);
     format!(
@@ -406,7 +406,7 @@ fn queue_select_held(s: &Settings) -> String {
   FROM {queue}
  WHERE status = 'picked'::{status} AND entrypoint = $1::text
  ORDER BY slot NULLS LAST, id
- LIMIT {HELD_SHOWN}"
+ LIMIT {PICKED_SHOWN}"
     )
 }
 
@@ -429,7 +429,7 @@ mod tests {
             sql.log_count_by_minute
                 .contains("FROM myq.app_pgqueuer_statistics st")
         );
-        assert!(sql.queue_select_held.ends_with("LIMIT 500"));
+        assert!(sql.queue_select_picked.ends_with("LIMIT 500"));
     }
 
     #[test]

@@ -439,22 +439,22 @@ pub(super) fn exceptions<C: GenericClient>(
 
 /// A picked job's slot, for an entrypoint's page.
 #[derive(Debug, Clone)]
-pub(super) struct HeldSlot {
+pub(super) struct PickedSlot {
     pub id: JobId,
     pub slot: Option<i64>,
     pub queue_manager_id: Option<Uuid>,
     pub heartbeat: SystemTime,
 }
 
-pub(super) fn held_slots<C: GenericClient>(
+pub(super) fn picked_slots<C: GenericClient>(
     client: &mut C,
     s: &WebSql,
     entrypoint: &str,
-) -> Result<Vec<HeldSlot>> {
-    query_alone(client, &s.queue_select_held, &[(&entrypoint, Type::TEXT)])?
+) -> Result<Vec<PickedSlot>> {
+    query_alone(client, &s.queue_select_picked, &[(&entrypoint, Type::TEXT)])?
         .iter()
         .map(|row| {
-            Ok(HeldSlot {
+            Ok(PickedSlot {
                 id: row.try_get("id")?,
                 slot: row.try_get("slot")?,
                 queue_manager_id: row.try_get("queue_manager_id")?,

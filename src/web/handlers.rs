@@ -64,7 +64,7 @@ impl App {
         let (counts, slots, durations, exceptions, buckets) = self.read(|tx| {
             Ok((
                 data::entrypoint_counts(tx, &self.sql, Some(&name))?,
-                data::held_slots(tx, &self.sql, &name)?,
+                data::picked_slots(tx, &self.sql, &name)?,
                 data::durations(tx, &self.sql, day, Some(&name))?,
                 data::exceptions(tx, &self.sql, Some(&name), 20)?,
                 self.buckets(tx, Some(&name))?,

@@ -469,7 +469,7 @@ pub(crate) fn limits(ctx: &Context, json: bool) -> Outcome {
                 .map(|s| {
                     json!({
                         "entrypoint": s.entrypoint,
-                        "held_slots": s.held,
+                        "slots_in_use": s.in_use,
                         "highest_slot": s.highest,
                         "smallest_limit_that_took_it": s.highest.map(|h| h + 1),
                         "picked_without_slot": s.unslotted,
@@ -488,7 +488,7 @@ pub(crate) fn limits(ctx: &Context, json: bool) -> Outcome {
         .map(|s| {
             vec![
                 text(&s.entrypoint),
-                number(&s.held),
+                number(&s.in_use),
                 text(
                     s.highest
                         .map(|h| h.to_string())

@@ -8,7 +8,7 @@ use maud::{Markup, PreEscaped, html};
 
 use super::{age, encode, entrypoint_link, exception_table, job_link, span};
 use crate::web::data::{
-    Bucket, Durations, EXACT_BELOW, EntrypointCounts, HeldSlot, LoggedException, OUTCOMES,
+    Bucket, Durations, EXACT_BELOW, EntrypointCounts, LoggedException, OUTCOMES, PickedSlot,
 };
 
 /// The sums of [`OUTCOMES`] over buckets newer than `since`.
@@ -257,7 +257,7 @@ pub(in crate::web) fn entrypoints(
 pub(in crate::web) struct EntrypointPage<'a> {
     pub name: &'a str,
     pub counts: Option<&'a EntrypointCounts>,
-    pub slots: &'a [HeldSlot],
+    pub slots: &'a [PickedSlot],
     pub durations: Option<&'a Durations>,
     pub exceptions: &'a [LoggedException],
     pub buckets: &'a [Bucket],

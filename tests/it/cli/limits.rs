@@ -34,7 +34,7 @@ fn limits_explain_and_audit_read_the_slots_and_the_log() {
         "{table}"
     );
     let json = pgq(&db, &["limits", "--json"]).json();
-    assert_eq!(json[0]["held_slots"], 3);
+    assert_eq!(json[0]["slots_in_use"], 3);
     assert_eq!(json[0]["highest_slot"], 2);
     assert_eq!(json[0]["smallest_limit_that_took_it"], 3);
 
