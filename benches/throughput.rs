@@ -63,7 +63,7 @@ use pgqueuer::{Entrypoint, NewJob, Pool, Pooler, Queue, Worker};
     unreachable_pub,
     reason = "shared with the tests, which use all of it"
 )]
-#[path = "../tests/it/apt.rs"]
+#[path = "../tests/support/apt.rs"]
 mod apt;
 #[path = "support/common.rs"]
 mod common;
@@ -72,7 +72,7 @@ mod common;
     unreachable_pub,
     reason = "shared with the tests, which use all of it"
 )]
-#[path = "../tests/it/pgbouncer.rs"]
+#[path = "../tests/support/pgbouncer.rs"]
 mod pgbouncer;
 
 use common::{env_or, peak_rss_mib};

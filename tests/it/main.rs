@@ -1,20 +1,17 @@
-//! Integration tests against a real PostgreSQL (see `harness.rs` for where it comes from).
+//! Integration tests against a real PostgreSQL (see `tests/support/harness.rs` for where it
+//! comes from). The helpers live in `tests/support`; every module here is tests.
 
 // Test modules share helpers with `pub`; nothing here is a public API.
 #![allow(unreachable_pub)]
 
-mod apt;
 mod claim;
 mod cli;
 mod connect;
 mod faults;
-mod harness;
 mod health;
 mod limits;
 mod ops;
-mod pgbouncer;
 mod pooler;
-mod proxy;
 mod queue;
 mod scheduler;
 mod schema;
@@ -22,6 +19,10 @@ mod tls;
 mod web;
 mod worker;
 
-// Interoperation with the real Python PgQueuer 1.6.0 (see python.rs for the interpreter).
+// Interoperation with the real Python PgQueuer 1.6.0 (see support/python.rs for the
+// interpreter).
 mod interop;
-mod python;
+
+#[path = "../support/mod.rs"]
+mod support;
+use support::{apt, harness, pgbouncer, proxy, python};

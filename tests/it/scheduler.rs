@@ -496,10 +496,13 @@ fn three_processes_fire_an_every_second_schedule_once_per_second() {
     assert!(missed <= span / 2, "{missed} of {span} seconds had no fire");
 }
 
-/// Runs tests/scheduler_interop.py; returns the expression PgQueuer stored and how many
+/// Runs tests/python/scheduler_interop.py; returns the expression PgQueuer stored and how many
 /// fires it ran.
 fn run_python(db: &TestDb, entrypoint: &str, expression: &str, seconds: f64) -> (String, i64) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scheduler_interop.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/scheduler_interop.py"
+    );
     let output = Command::new(crate::python::interpreter())
         .args([
             script,
@@ -509,7 +512,7 @@ fn run_python(db: &TestDb, entrypoint: &str, expression: &str, seconds: f64) -> 
             &seconds.to_string(),
         ])
         .output()
-        .expect("run tests/scheduler_interop.py");
+        .expect("run tests/python/scheduler_interop.py");
     assert!(
         output.status.success(),
         "scheduler_interop.py failed: {}\n{}",

@@ -1,4 +1,4 @@
-"""Helpers shared by the interop scripts that tests/it/python.rs runs.
+"""Helpers shared by the interop scripts that tests/support/python.rs runs.
 
 Contract with the Rust side: each script takes one JSON object as its only argument,
 connects to the database named by PGQUEUER_DSN, prints exactly one JSON document on

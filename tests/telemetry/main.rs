@@ -7,9 +7,9 @@
 // The shared harness has helpers these tests do not use.
 #![allow(dead_code)]
 
-#[path = "../it/harness.rs"]
+#[path = "../support/harness.rs"]
 mod harness;
-#[path = "../it/python.rs"]
+#[path = "../support/python.rs"]
 mod python;
 
 mod example;

@@ -1,5 +1,6 @@
-//! The slot-claiming dequeue: order, slots, races, stale re-picks, bounded slot search,
-//! and a multi-connection stress run whose limits are checked by a running-handler count.
+//! The slot-claiming dequeue: order, stale re-picks, bounded plans, and a multi-connection
+//! stress run whose limits are checked by a running-handler count (slots and their races
+//! are with the other limit tests, in `limits`).
 //! One file per concern; the helpers they share (also used by the `pgq` tests) are here.
 
 use pgqueuer::postgres::Client;
@@ -7,8 +8,6 @@ use pgqueuer::{Outcome, Status};
 
 mod order;
 mod plans;
-mod races;
-mod slots;
 mod stress;
 
 /// Inserts `count` queued jobs of `entrypoint` at `priority` with plain SQL; returns ids.

@@ -1,11 +1,15 @@
-//! Limits beyond PgQueuer: workers that disagree on a limit (Python's and ours), per-job
-//! timeouts, `Queue::explain`, the limit audit from the log, and fencing tokens.
+//! Concurrency limits, every test in one place: the slot-claiming dequeue's slots and
+//! races (`slots`, `races`), a worker's threads within its limits (`worker`), a worker
+//! facing full slots (`full_slots`), workers that disagree on a limit, Python's and ours
+//! (`disagree`), and the limit audit from the log (`audit`). A fleet of Rust and Python
+//! workers at one limit is in `interop::fleet`.
 
 mod audit;
 mod disagree;
-mod explain;
-mod fencing;
-mod timeouts;
+mod full_slots;
+mod races;
+mod slots;
+mod worker;
 
 use std::time::Duration;
 

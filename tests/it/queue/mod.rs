@@ -16,6 +16,7 @@ mod cancel;
 mod contents;
 mod dedupe;
 mod enqueue;
+mod explain;
 mod inspect;
 mod prefix;
 mod wait;

@@ -1,5 +1,6 @@
-//! The worker runtime: exactly-once under limits, LISTEN-driven latency, heartbeats and
-//! stale re-picks, cancellation, retries, hold, panics, reconnects and shutdown. One file
+//! The worker runtime: LISTEN-driven latency, heartbeats and stale re-picks, fencing
+//! tokens, per-job timeouts, cancellation, retries, hold, panics, reconnects and shutdown
+//! (its limits are tested in `limits`). One file
 //! per concern; the helpers they share are here.
 
 use std::time::{Duration, Instant};
@@ -8,12 +9,12 @@ use pgqueuer::Worker;
 
 mod ahead;
 mod failures;
-mod full_slots;
+mod fencing;
 mod hardening;
-mod limits;
 mod recovery;
 mod startup;
 mod stopping;
+mod timeouts;
 mod wakeups;
 
 /// Counts handlers running at once, and the most that ever did.

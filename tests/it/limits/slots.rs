@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use pgqueuer::{Claimer, Outcome, Status};
 
-use super::{insert_jobs, success};
+use crate::claim::{insert_jobs, success};
 use crate::harness::{TestDb, scalar};
 
 /// A limited entrypoint's claims take the lowest free slots, none once the limit is full,

@@ -7,9 +7,9 @@ Rust and the other way round. Each fire of the schedule inserts a row into
 it, when the row was claimed, the next run its claim set, and clock_timestamp()). On exit it prints one JSON line:
 the expression PgQueuer normalized and how many fires it ran.
 
-    python tests/scheduler_interop.py DSN ENTRYPOINT EXPRESSION SECONDS
+    python tests/python/scheduler_interop.py DSN ENTRYPOINT EXPRESSION SECONDS
 
-Needs pgqueuer==1.6.0 and asyncpg (the tests make a venv with the pins: tests/it/python.rs).
+Needs pgqueuer==1.6.0 and asyncpg (the tests make a venv with the pins: tests/support/python.rs).
 """
 
 import asyncio

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use pgqueuer::{Claimer, Entrypoint, Explanation, NewJob, OnFailure, Queue, Status, Worker};
 
-use super::python_holding;
 use crate::harness::TestDb;
+use crate::limits::python_holding;
 
 /// Unknown, finished (with its log row) and held (with its reason), after a worker ran.
 #[test]

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use pgqueuer::{Entrypoint, NewJob, Queue, RunningWorker, Worker};
 
-use super::Gate;
 use crate::harness::{TestDb, eventually, wait_listeners};
+use crate::worker::Gate;
 
 /// A worker of four threads whose `gate` entrypoint (limit 2) waits at `gate`.
 fn gated(db: &TestDb, gate: &Gate) -> RunningWorker {

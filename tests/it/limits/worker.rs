@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use pgqueuer::{Entrypoint, NewJob, Queue, Worker};
 
-use super::Overlap;
 use crate::harness::{TestDb, scalar};
+use crate::worker::Overlap;
 
 /// 16 threads drain 20,000 jobs over limits 2 and 5 and two unlimited entrypoints: every
 /// job runs exactly once and running handlers never exceed a limit.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use pgqueuer::Claimer;
 
-use super::insert_jobs;
+use crate::claim::insert_jobs;
 use crate::harness::{TestDb, eventually, scalar};
 
 /// Worker A claims the last slot inside an open transaction; B sees nothing until A
