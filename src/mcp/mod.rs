@@ -4,7 +4,9 @@
 //! `limit_audit`, `health`). `pgq mcp` serves it on stdin and stdout; feature `mcp`
 //! (which `cli` enables).
 //!
-//! The transport is MCP's stdio one: JSON-RPC 2.0 messages, one per line. It is written
+//! The transport is MCP's stdio one: JSON-RPC 2.0 messages, one per line of at most
+//! 1 MiB (a longer line is answered with a parse error and skipped); a client asking for
+//! an earlier revision (back to 2024-11-05) is answered in its own. It is written
 //! here rather than taken from an SDK, so that the server stays as blocking as the rest
 //! of the crate (the official Rust SDK runs on an async runtime); its conformance is
 //! tested with the official Python SDK's client (see the README's Dependencies).
@@ -37,12 +39,12 @@ use crate::error::{Error, Result};
 use crate::settings::Settings;
 
 /// The protocol revision this server speaks, and the earlier ones it answers in kind.
-pub const PROTOCOL_VERSION: &str = "2025-11-25";
+pub(crate) const PROTOCOL_VERSION: &str = "2025-11-25";
 const EARLIER_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
 
-/// The longest message line read; a longer one is answered with a parse error and
-/// skipped, so no client can make the server hold unbounded input.
-pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// The longest message line read (1 MiB); a longer one is answered with a parse error
+/// and skipped, so no client can make the server hold unbounded input.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
 /// JSON-RPC's error codes.
 mod code {

@@ -14,7 +14,7 @@ use crate::connect;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::job::{JobId, Status, status_of};
+use crate::job::{Job, Status, status_of};
 use crate::settings::Settings;
 use crate::sql::ops as sql;
 
@@ -24,24 +24,10 @@ use crate::sql::ops as sql;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct StaleJob {
-    /// The job.
-    pub id: JobId,
-    /// Its priority.
-    pub priority: i32,
-    /// The worker that picked it.
-    pub queue_manager_id: Option<Uuid>,
-    /// When it was enqueued.
-    pub created: SystemTime,
-    /// When its row last changed state.
-    pub updated: SystemTime,
-    /// Its last heartbeat.
-    pub heartbeat: SystemTime,
-    /// When it became eligible.
-    pub execute_after: SystemTime,
-    /// Always [`Status::Picked`].
-    pub status: Status,
-    /// Its entrypoint.
-    pub entrypoint: String,
+    /// The job's row without its data: a listing of stale jobs reads no payload or
+    /// headers (`None` here, whatever the row holds), so that a queue of large payloads
+    /// costs it nothing; [`crate::Queue::job`] reads a job whole.
+    pub job: Job,
     /// Seconds between its last heartbeat and the query.
     pub seconds_since_heartbeat: f64,
 }
@@ -222,15 +208,7 @@ pub fn connection_tls<C: GenericClient>(client: &mut C) -> Result<ConnectionTls>
 impl StaleJob {
     fn from_row(row: &Row) -> Result<StaleJob> {
         Ok(StaleJob {
-            id: row.try_get("id")?,
-            priority: row.try_get("priority")?,
-            queue_manager_id: row.try_get("queue_manager_id")?,
-            created: row.try_get("created")?,
-            updated: row.try_get("updated")?,
-            heartbeat: row.try_get("heartbeat")?,
-            execute_after: row.try_get("execute_after")?,
-            status: status_of(row)?,
-            entrypoint: row.try_get("entrypoint")?,
+            job: Job::from_row(row)?,
             seconds_since_heartbeat: row.try_get("seconds_since_heartbeat")?,
         })
     }

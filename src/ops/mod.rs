@@ -58,7 +58,7 @@ pub use insight::{
     SlotUse, StaleJob, Throughput, active_workers, connection_tls, limit_audit, queue_age,
     slots_in_use, stale_jobs, throughput,
 };
-pub use prometheus::{PROMETHEUS_LOG_WINDOW, prometheus_text};
+pub use prometheus::prometheus_text;
 pub use statistics::{Aggregation, Pruned, aggregate_log, prune_log};
 pub use tuning::{Autovacuum, autovacuum, autovacuum_sql, durability_sql, set_durability};
 

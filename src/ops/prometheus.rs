@@ -15,7 +15,7 @@ use crate::sql::ops as sql;
 
 /// How long back [`prometheus_text`] counts log transitions (`pgqueuer_logs_count`):
 /// PgQueuer's five minutes.
-pub const PROMETHEUS_LOG_WINDOW: Duration = Duration::from_secs(300);
+pub(crate) const PROMETHEUS_LOG_WINDOW: Duration = Duration::from_secs(300);
 
 /// The queue's figures in the Prometheus text format (version 0.0.4), for a `/metrics`
 /// endpoint of a program's own (`pgq web` serves the same text).
@@ -23,7 +23,7 @@ pub const PROMETHEUS_LOG_WINDOW: Duration = Duration::from_secs(300);
 /// PgQueuer's two series come first, with its names and labels, so that dashboards and
 /// alerts written against a Python fleet keep working: `pgqueuer_queue_count` (jobs in
 /// the queue table per entrypoint and status) and `pgqueuer_logs_count` (transitions
-/// logged over the last [`PROMETHEUS_LOG_WINDOW`]). PgQueuer aggregates the log before
+/// logged over the last five minutes, as PgQueuer's). PgQueuer aggregates the log before
 /// reading it; this reads the statistics plus the log rows not yet aggregated, which
 /// gives the same counts without writing, so a scrape never changes the database.
 /// Then the figures no peer exports: slots held and the highest slot per limited

@@ -176,13 +176,15 @@ SELECT coalesce((SELECT array_agg(entrypoint ORDER BY entrypoint) FROM waits), '
 }
 
 /// Picked rows whose heartbeat is older than `$1 bigint` microseconds, stalest first, at
-/// most `$2 bigint`, with `seconds_since_heartbeat float8`.
+/// most `$2 bigint`, with `seconds_since_heartbeat float8`: the job columns with NULL for
+/// the payload and headers, which a listing does not read.
 pub(crate) fn queue_select_stale(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let status = s.qualify(&s.queue_status_type);
     format!(
         "SELECT id, priority, queue_manager_id, created, updated, heartbeat, execute_after,
-       status::text AS status, entrypoint,
+       status::text AS status, entrypoint, dedupe_key, NULL::bytea AS payload,
+       NULL::jsonb AS headers, attempts, slot,
        EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS seconds_since_heartbeat
   FROM {queue}
  WHERE status = 'picked'::{status}

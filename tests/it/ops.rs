@@ -233,6 +233,9 @@ fn every_operation_works_with_a_prefix_and_schema() {
     let stale = ops::stale_jobs(&mut client, &settings, Duration::from_secs(60), 10).unwrap();
     assert_eq!(stale.len(), 1);
     assert!(stale[0].seconds_since_heartbeat > 3599.0);
+    // The job's row, without its data.
+    assert_eq!(stale[0].job.status, pgqueuer::Status::Picked);
+    assert!(stale[0].job.payload.is_none() && stale[0].job.headers.is_none());
     assert_eq!(
         ops::active_workers(&mut client, &settings).unwrap().len(),
         1

@@ -303,22 +303,9 @@ fn print_job(job: &Job) {
     }
 }
 
-/// The kind of an explanation, for JSON.
-fn explanation_kind(e: &Explanation) -> &'static str {
-    match e {
-        Explanation::Unknown(_) => "unknown",
-        Explanation::Finished { .. } => "finished",
-        Explanation::Held { .. } => "held",
-        Explanation::Deferred { .. } => "deferred",
-        Explanation::Running { .. } => "running",
-        Explanation::Stale { .. } => "stale",
-        Explanation::Waiting { .. } => "waiting",
-        _ => "other",
-    }
-}
 
 fn explanation_json(e: &Explanation) -> Value {
-    let mut out = json!({ "kind": explanation_kind(e), "text": e.to_string() });
+    let mut out = json!({ "kind": e.state(), "text": e.to_string() });
     match e {
         Explanation::Unknown(id) => out["id"] = json!(id),
         Explanation::Finished { id, last } => {

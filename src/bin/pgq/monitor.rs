@@ -28,7 +28,8 @@ pub(crate) fn stale(ctx: &Context, threshold: Duration, limit: usize, json: bool
     }
     let rows: Vec<Vec<Cell>> = jobs
         .iter()
-        .map(|j| {
+        .map(|s| {
+            let j = &s.job;
             vec![
                 number(&j.id),
                 text(&j.entrypoint),
@@ -38,7 +39,7 @@ pub(crate) fn stale(ctx: &Context, threshold: Duration, limit: usize, json: bool
                         .unwrap_or_default(),
                 ),
                 text(short(j.heartbeat)),
-                number(&format!("{:.0}", j.seconds_since_heartbeat)),
+                number(&format!("{:.0}", s.seconds_since_heartbeat)),
             ]
         })
         .collect();

@@ -144,7 +144,8 @@ pub(crate) fn short(t: SystemTime) -> String {
 
 /// A stale job as PgQueuer's `pgq stale --json` writes it: the same keys, timestamps in
 /// ISO 8601 UTC, the worker id as a string or `null`.
-pub(crate) fn stale_json(j: &StaleJob) -> Value {
+pub(crate) fn stale_json(s: &StaleJob) -> Value {
+    let j = &s.job;
     json!({
         "id": j.id,
         "priority": j.priority,
@@ -155,7 +156,7 @@ pub(crate) fn stale_json(j: &StaleJob) -> Value {
         "execute_after": iso_time(j.execute_after),
         "status": j.status.as_str(),
         "entrypoint": j.entrypoint,
-        "seconds_since_heartbeat": j.seconds_since_heartbeat,
+        "seconds_since_heartbeat": s.seconds_since_heartbeat,
     })
 }
 

@@ -54,11 +54,11 @@ pub(in crate::web) fn workers(
         @if stale.is_empty() { p.muted { "None." } } @else {
             div.scroll { table #stale {
                 thead { tr { th { "job" } th { "entrypoint" } th { "worker" } th { "since heartbeat" } } }
-                tbody { @for j in stale { tr {
-                    td { (job_link(j.id)) }
-                    td { (entrypoint_link(&j.entrypoint)) }
-                    td.muted { (j.queue_manager_id.map(|u| u.to_string()).unwrap_or_default()) }
-                    td.stale { (span(j.seconds_since_heartbeat)) }
+                tbody { @for s in stale { tr {
+                    td { (job_link(s.job.id)) }
+                    td { (entrypoint_link(&s.job.entrypoint)) }
+                    td.muted { (s.job.queue_manager_id.map(|u| u.to_string()).unwrap_or_default()) }
+                    td.stale { (span(s.seconds_since_heartbeat)) }
                 } } }
             } }
         }
