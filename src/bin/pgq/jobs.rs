@@ -303,7 +303,6 @@ fn print_job(job: &Job) {
     }
 }
 
-
 fn explanation_json(e: &Explanation) -> Value {
     let mut out = json!({ "kind": e.state(), "text": e.to_string() });
     match e {
