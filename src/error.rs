@@ -140,6 +140,17 @@ impl Error {
         matches!(self, Error::Db(e) if !pooler_advice(e).is_empty())
     }
 
+    /// True when the database could not be reached for a moment (a lost or refused
+    /// connection, a pool that could not hand one out, a server shutting down or
+    /// read-only after a failover): the same call may succeed a moment later.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Error::Db(e) => e.is_closed() || crate::sqlstate::is_connection_lost(e),
+            Error::Pool(_) | Error::Connect { .. } => true,
+            _ => false,
+        }
+    }
+
     /// True for [`Error::DuplicateJob`].
     pub fn is_duplicate(&self) -> bool {
         matches!(self, Error::DuplicateJob { .. })

@@ -32,9 +32,12 @@ impl Queue {
     /// are never logged as terminal (unknown ids, or rows removed by `TRUNCATE`) wait for
     /// the timeout.
     ///
+    /// A lost connection (a server restart, a failover) is waited out: the log is read
+    /// again, and the LISTEN connection opened again, until the deadline.
+    ///
     /// # Errors
     /// [`Error::Timeout`] when `timeout` passes first; [`Error::Pool`] or [`Error::Db`]
-    /// when the log cannot be read.
+    /// when the log cannot be read (for a lost connection: still, at the deadline).
     pub fn wait_for(&self, ids: &[JobId], timeout: Duration) -> Result<HashMap<JobId, Status>> {
         let started = Instant::now();
         let deadline = started
@@ -52,20 +55,40 @@ impl Queue {
             let checkout = deadline
                 .saturating_duration_since(Instant::now())
                 .max(MIN_CHECKOUT_WAIT);
-            for (id, status) in self.job_statuses_within(&wanted, Some(checkout))? {
-                if status.is_terminal() {
-                    pending.remove(&id);
-                    finished.insert(id, status);
+            let mut unreachable = None;
+            match self.job_statuses_within(&wanted, Some(checkout)) {
+                Ok(statuses) => {
+                    for (id, status) in statuses {
+                        if status.is_terminal() {
+                            pending.remove(&id);
+                            finished.insert(id, status);
+                        }
+                    }
+                    if listener.lost && !pending.is_empty() {
+                        // The database is back (a restart, a failover): listen again.
+                        listener = Listener::open(self, deadline);
+                    }
                 }
+                Err(e) if e.is_transient() => {
+                    log::warn!("pgqueuer wait_for: cannot read the log now ({e}); trying again");
+                    unreachable = Some(e);
+                }
+                Err(e) => return Err(e),
             }
             if pending.is_empty() {
                 return Ok(finished);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout(timeout));
+                return Err(unreachable.unwrap_or(Error::Timeout(timeout)));
             }
-            listener.wait((now + WAIT_POLL_INTERVAL).min(deadline));
+            let next = if unreachable.is_some() {
+                // Sooner than the poll: a failover's new primary takes seconds at most.
+                now + WAIT_POLL_INTERVAL / 4
+            } else {
+                now + WAIT_POLL_INTERVAL
+            };
+            listener.wait(next.min(deadline));
         }
     }
 
@@ -92,6 +115,9 @@ impl Queue {
 /// opened, or failed) waiting degrades to sleeping until the next poll.
 struct Listener {
     client: Option<Client>,
+    /// A LISTEN connection worked and was lost (not: none could be had at all): open
+    /// one again once the database answers.
+    lost: bool,
 }
 
 impl Listener {
@@ -104,11 +130,19 @@ impl Listener {
             Ok(conn) => match conn.listen_target() {
                 Some(config) => config,
                 // LISTEN through a transaction pooler would not hear anything.
-                None => return Listener { client: None },
+                None => {
+                    return Listener {
+                        client: None,
+                        lost: false,
+                    };
+                }
             },
             Err(e) => {
                 log::warn!("pgqueuer wait_for: no connection to copy for LISTEN ({e}); polling");
-                return Listener { client: None };
+                return Listener {
+                    client: None,
+                    lost: false,
+                };
             }
         };
         let connect_timeout = config
@@ -125,16 +159,23 @@ impl Listener {
                     "pgqueuer wait_for: cannot open a LISTEN connection ({}); polling",
                     chain(&e)
                 );
-                return Listener { client: None };
+                return Listener {
+                    client: None,
+                    lost: false,
+                };
             }
         };
         if let Err(e) = client.batch_execute(&queue.sql.listen) {
             log::warn!("pgqueuer wait_for: LISTEN failed ({}); polling", chain(&e));
             drop_elsewhere(client);
-            return Listener { client: None };
+            return Listener {
+                client: None,
+                lost: false,
+            };
         }
         Listener {
             client: Some(client),
+            lost: false,
         }
     }
 
@@ -169,6 +210,7 @@ impl Listener {
                     {
                         log::warn!("pgqueuer wait_for: LISTEN connection closed; polling");
                         drop_elsewhere(client);
+                        self.lost = true;
                     }
                     return;
                 }
@@ -187,6 +229,7 @@ impl Listener {
         );
         if let Some(client) = self.client.take() {
             drop_elsewhere(client);
+            self.lost = true;
         }
     }
 }

@@ -144,3 +144,43 @@ fn wait_for_times_out_on_unfinished_jobs() {
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
     assert!(queue.wait_for(&[], Duration::ZERO).unwrap().is_empty());
 }
+
+/// A connection lost under `wait_for` (a failover's old primary shutting down, an
+/// administrator's `pg_terminate_backend`) is waited out: its read of the log is killed
+/// mid-statement (held on a lock, so that the kill lands there), and the wait carries on
+/// and returns the job's end once the database answers again.
+#[test]
+fn wait_for_carries_on_when_its_connection_is_killed_mid_read() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let id = queue.enqueue(job("survivor")).unwrap();
+    let mut locker = db.client();
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE pgqueuer_log IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let waiter = {
+        let queue = queue.clone();
+        std::thread::spawn(move || queue.wait_for(&[id], Duration::from_secs(60)))
+    };
+    let mut admin = db.client();
+    crate::harness::eventually(
+        Duration::from_secs(30),
+        "the read to wait on the lock",
+        || {
+            let killed: i64 = admin
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()
+                    AND wait_event_type = 'Lock' AND query LIKE '%pgqueuer_log%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            killed > 0
+        },
+    );
+    tx.commit().unwrap();
+    complete(&mut admin, id, "successful");
+    let finished = waiter.join().unwrap().expect("wait_for carried on");
+    assert_eq!(finished, HashMap::from([(id, Status::Successful)]));
+}
