@@ -29,12 +29,14 @@ use postgres::types::Type;
 use crate::connect::query_alone;
 use crate::error::Result;
 
+mod builder;
 mod scheduler;
 
 use crate::job::{Status, parse_status};
 use crate::settings::Settings;
 use crate::sql::schedule::ScheduleSql;
-pub use scheduler::{RunningScheduler, Scheduler, SchedulerBuilder};
+pub use builder::SchedulerBuilder;
+pub use scheduler::{RunningScheduler, Scheduler};
 
 /// A schedule's id (`pgqueuer_schedules.id`).
 pub type ScheduleId = i64;
