@@ -16,7 +16,7 @@
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI;
-//! - `PGQ_BENCH_LIMITS` the limits of the `limits-drain` shape (default `0,10,5000`; 0 is
+//! - `PGQ_BENCH_LIMITS` the limits of the `limits-drain` shape (default `0,10,1000,5000`; 0 is
 //!   none);
 //! - `PGQ_BENCH_DURABILITY` `durable` (the default), `balanced` (PgQueuer's variant with
 //!   an UNLOGGED log table) or `volatile`, as `pgq durability` sets it;
@@ -35,9 +35,11 @@
 //!   log row), in plain batches of 128 on one and on two connections, with no worker: the
 //!   server's least cost per job, against which the drain is measured. Once more without
 //!   the log rows, to show what they cost.
-//! - limits: the PgQueuer flow with the entrypoint limited to 10 and to 5,000.
+//! - limits: the PgQueuer flow with the entrypoint limited to 10, 1,000 and 5,000.
 //! - limits-drain: the same limits in a drain (16 threads claiming 10), where no producer
-//!   competes with the worker for the machine's two cores.
+//!   competes with the worker for the machine's two cores. A binding limit (no more than
+//!   the threads) gets a second row: its bound, the limit over the median commit latency,
+//!   and the fraction of it the drain reached.
 //! - latency: enqueue-to-handler-start on an idle worker (one job at a time) and under a
 //!   steady trickle of 200 jobs/s, after three warm-up jobs (the producer's first
 //!   enqueues open pool connections: 2 of 200 jobs, they once made the whole p99). The
@@ -308,6 +310,29 @@ fn db_commits(pool: &Pool) -> i64 {
         )
         .unwrap()[0]
         .get(0)
+}
+
+/// The median time of one small write and its commit (an update of one row, autocommit)
+/// over 200 tries: the least a claim statement can take, so that a limit of `n` slots
+/// turns over at most about `n` times per commit (with `reuse_slots`, a slot is held from
+/// one claim's commit to the next claim's, which ends it).
+fn commit_latency(pool: &Pool) -> Duration {
+    let mut conn = pool.get().unwrap();
+    conn.batch_execute(
+        "CREATE TABLE IF NOT EXISTS bench_commit (id int PRIMARY KEY, n bigint NOT NULL);
+         INSERT INTO bench_commit VALUES (1, 0) ON CONFLICT DO NOTHING",
+    )
+    .unwrap();
+    let mut took: Vec<Duration> = (0..200)
+        .map(|_| {
+            let started = Instant::now();
+            conn.batch_execute("UPDATE bench_commit SET n = n + 1 WHERE id = 1")
+                .unwrap();
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    took[took.len() / 2]
 }
 
 /// CPU time so far, in clock ticks: the whole machine's busy time (every core) and this
@@ -698,8 +723,9 @@ fn main() {
         }
     }
     if wants("limits") {
+        let limits = [0u32, 10, 1_000, 5_000];
         let mut rates = Vec::new();
-        for limit in [0u32, 10, 5_000] {
+        for limit in limits {
             let (rate, backlog, _) = flow(&db, 16, 10, 1, 10, limit, window);
             rates.push(rate);
             let name = if limit == 0 {
@@ -709,12 +735,14 @@ fn main() {
             };
             record(name, rate, "jobs/s", format!("backlog after: {backlog}"));
         }
-        record(
-            "limits: 5000 / 10".into(),
-            rates[2] / rates[1],
-            "ratio",
-            "target 0.90-1.10".into(),
-        );
+        for (i, limit) in limits.iter().enumerate().skip(2) {
+            record(
+                format!("limits: limit {limit} / unlimited"),
+                rates[i] / rates[0],
+                "ratio",
+                "target >= 0.9 (a limit that does not bind)".into(),
+            );
+        }
         record(
             "limits: limit 10 / unlimited".into(),
             rates[1] / rates[0],
@@ -748,7 +776,11 @@ fn main() {
     if wants("limits-drain") {
         // The limits without a producer competing for the machine: a drain of queued
         // jobs by 16 threads claiming 10.
-        for limit in env_list::<u32>("PGQ_BENCH_LIMITS", Some("0,10,5000"), "limits (0: none)") {
+        for limit in env_list::<u32>(
+            "PGQ_BENCH_LIMITS",
+            Some("0,10,1000,5000"),
+            "limits (0: none)",
+        ) {
             let (rate, note) = drain(&db, drain_jobs, 16, 10, limit);
             let name = if limit == 0 {
                 "limits drain: unlimited".to_owned()
@@ -756,6 +788,21 @@ fn main() {
                 format!("limits drain: limit {limit}")
             };
             record(name, rate, "jobs/s", note);
+            if limit > 0 && limit <= 16 {
+                // A binding limit: its slots, not the threads, bound the rate.
+                let commit = commit_latency(&db.pool(1));
+                let bound = f64::from(limit) / commit.as_secs_f64();
+                record(
+                    format!("limits drain: limit {limit}, bound"),
+                    bound,
+                    "jobs/s",
+                    format!(
+                        "{limit} slots / one commit ({:.2} ms median); reached {:.0}%",
+                        commit.as_secs_f64() * 1e3,
+                        100.0 * rate / bound
+                    ),
+                );
+            }
         }
     }
     if wants("latency") {

@@ -39,6 +39,10 @@ pub struct Claim {
     pub ended: Vec<JobId>,
     /// How the claim lost a race, if it did (see [`Claim::lost_race`]).
     pub lost: Option<LostRace>,
+    /// For a claimer with limits: the slots in use fleet-wide as the claim saw them
+    /// (before it took any), per entrypoint in the claimer's order (0 for an unlimited
+    /// one); empty otherwise and after a lost race.
+    pub(crate) in_use: Vec<i64>,
 }
 
 impl Claim {
@@ -336,9 +340,7 @@ impl Claimer {
     /// [`Error::InvalidInput`] for a zero `batch_size`; [`Error::Db`] for any database
     /// error other than a lost slot race or deadlock (which give an empty [`Claim`]).
     pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
-        self.run_claim(batch_size, None, |params| {
-            conn.query_cached(self.claim_sql(), params)
-        })
+        self.claim_from(conn, &[], batch_size, 0.0)
     }
 
     /// Ends claimed jobs and claims up to `batch_size` more, in one statement and one
@@ -358,11 +360,32 @@ impl Claimer {
         outcomes: &[Outcome],
         batch_size: usize,
     ) -> Result<Claim> {
+        self.claim_from(conn, outcomes, batch_size, 0.0)
+    }
+
+    /// [`Claimer::complete_and_claim`] (or, without outcomes, [`Claimer::claim`]) whose
+    /// search for free slots starts at `shift` (a fraction of each limit, in `[0, 1)`)
+    /// rather than at slot 0, so that claims in flight at once from different shifts take
+    /// different slots while the limits are far from full.
+    pub(crate) fn claim_from(
+        &self,
+        conn: &mut Conn,
+        outcomes: &[Outcome],
+        batch_size: usize,
+        shift: f64,
+    ) -> Result<Claim> {
+        let shift = if (0.0..1.0).contains(&shift) {
+            shift
+        } else {
+            0.0
+        };
         if outcomes.is_empty() {
-            return self.claim(conn, batch_size);
+            return self.run_claim(batch_size, None, shift, |params| {
+                conn.query_cached(self.statement(false), params)
+            });
         }
         let ending = Ending::new(outcomes)?;
-        self.run_claim(batch_size, Some(&ending), |params| {
+        self.run_claim(batch_size, Some(&ending), shift, |params| {
             conn.query_cached(self.statement(true), params)
         })
     }
@@ -374,7 +397,7 @@ impl Claimer {
     /// # Errors
     /// As [`Claimer::claim`].
     pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
-        self.run_claim(batch_size, None, |params| {
+        self.run_claim(batch_size, None, 0.0, |params| {
             let values: Vec<&(dyn postgres::types::ToSql + Sync)> =
                 params.iter().map(|(v, _)| *v).collect();
             Ok(client.query(self.claim_sql(), &values)?)
@@ -387,6 +410,7 @@ impl Claimer {
         &self,
         batch_size: usize,
         ending: Option<&Ending>,
+        shift: f64,
         query: impl FnOnce(&[Param<'_>]) -> Result<Vec<postgres::Row>>,
     ) -> Result<Claim> {
         let batch = i32::try_from(batch_size)
@@ -407,6 +431,7 @@ impl Claimer {
         ];
         if self.capacity_gated {
             params.push((&self.limits, Type::INT8_ARRAY));
+            params.push((&shift, Type::FLOAT8));
         }
         if let Some(budget) = &self.budget {
             params.push((budget, Type::INT8));
@@ -429,6 +454,9 @@ impl Claimer {
                         let contended: i64 = row.try_get("contended")?;
                         if contended > 0 {
                             claim.lost = Some(LostRace::Contended);
+                        }
+                        if i == 0 {
+                            claim.in_use = row.try_get("in_use")?;
                         }
                     }
                     if ending.is_some() && i == 0 {
@@ -680,6 +708,21 @@ impl Claimer {
             Ok((row.try_get("highest")?, u64::try_from(in_use).unwrap_or(0)))
         })
         .collect()
+    }
+
+    /// True when every limited entrypoint of this claimer has `margin` slots to spare
+    /// beyond `in_use` (a claim's [`Claim::in_use`]): none of its limits binds for a
+    /// while. True without limits; false for an `in_use` of another claimer.
+    pub(crate) fn far_from_full(&self, in_use: &[i64], margin: i64) -> bool {
+        if !self.capacity_gated {
+            return true;
+        }
+        in_use.len() == self.limits.len()
+            && self
+                .limits
+                .iter()
+                .zip(in_use)
+                .all(|(limit, used)| *limit <= 0 || used.saturating_add(margin) <= *limit)
     }
 
     /// This claimer without the entrypoints in `left_out`; `None` when none would be left.

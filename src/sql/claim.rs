@@ -6,9 +6,14 @@
 //! (`max_concurrent_tasks`). The ungated shape contains no capacity machinery at all.
 //!
 //! Bind parameters of every shape: `$1` batch size (int4), `$2` entrypoints (text[]),
-//! `$3` worker id (uuid), `$4` heartbeat timeout in microseconds (int8); then `$5` limits
-//! (int8[], aligned with `$2`) when capacity-gated; then the budget (int8) as the next
-//! parameter when budget-gated.
+//! `$3` worker id (uuid), `$4` heartbeat timeout in microseconds (int8); then, when
+//! capacity-gated, `$5` limits (int8[], aligned with `$2`) and `$6` the slot shift
+//! (float8 in `[0, 1)`: where in `0..limit` each entrypoint's search for free slots
+//! starts, as a fraction of its limit); then the budget (int8) as the next parameter when
+//! budget-gated.
+//!
+//! Capacity-gated shapes return the slots in use fleet-wide before the claim (`in_use`,
+//! int8[] aligned with `$2`, 0 for an unlimited entrypoint) on every row.
 
 use super::JOB_COLUMNS;
 use crate::settings::Settings;
@@ -57,12 +62,12 @@ pub(crate) fn queue_claim(
 ) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
-    let budget_param = if capacity_gated { "$6" } else { "$5" };
+    let budget_param = if capacity_gated { "$7" } else { "$5" };
     let fresh = "status = 'queued' AND execute_after < NOW()";
     let mut ctes: Vec<String> = Vec::new();
     // Rows this statement ends are no longer held, for the slot and budget counts.
     let not_ended = if ending {
-        let first = 5 + usize::from(capacity_gated) + usize::from(budget_gated);
+        let first = 5 + 2 * usize::from(capacity_gated) + usize::from(budget_gated);
         ctes.extend(ending_ctes(
             s,
             &format!("${first}::bigint[]"),
@@ -81,7 +86,7 @@ pub(crate) fn queue_claim(
         String::new()
     };
     if capacity_gated {
-        ctes.push("params AS (\n    SELECT UNNEST($2::text[]) AS entrypoint, UNNEST($5::bigint[]) AS concurrency_limit\n)".into());
+        ctes.push("params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into());
         // Fleet-wide holders per entrypoint; a row is held exactly while it has an owner.
         ctes.push(format!(
             "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
@@ -171,13 +176,18 @@ pub(crate) fn queue_claim(
          ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
     ));
     if capacity_gated {
-        // Slots 0..held+take-1 minus the slots visibly held: at least `take` are free,
-        // and the search never depends on the size of the limit itself.
+        // `held + take` slots from the shift on (wrapping round below the limit) minus
+        // the slots visibly held: at least `take` are free, and the search never depends
+        // on the size of the limit itself. Claims that start their searches apart (a
+        // worker's two lanes) take different slots while the limit is far from full.
         ctes.push(format!(
             "free_slots AS (\n    SELECT a.entrypoint, s.slot,\n           \
-             ROW_NUMBER() OVER (PARTITION BY a.entrypoint ORDER BY s.slot) AS rank\n    \
+             ROW_NUMBER() OVER (PARTITION BY a.entrypoint ORDER BY s.n) AS rank\n    \
              FROM available a\n    \
-             CROSS JOIN LATERAL generate_series(0::bigint, (a.concurrency_limit - a.remaining) + LEAST($1::int, a.remaining) - 1) AS s(slot)\n    \
+             CROSS JOIN LATERAL (\n        \
+             SELECT g.n, (g.n + floor(a.concurrency_limit * $6::float8)::bigint) % a.concurrency_limit AS slot\n        \
+             FROM generate_series(0::bigint, (a.concurrency_limit - a.remaining) + LEAST($1::int, a.remaining) - 1) AS g(n)\n    \
+             ) s\n    \
              WHERE a.remaining IS NOT NULL\n      \
              AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
              WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot{not_ended}\n      )\n)"
@@ -221,7 +231,9 @@ pub(crate) fn queue_claim(
         // or took first, so the caller can tell "lost a race, retry now" from "nothing
         // to do". With no claimed job the row's job columns are NULL.
         ctes.push(
-            "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended FROM limited_attempts\n)".into(),
+            "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended,\n           \
+             (SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord)) AS in_use\n    \
+             FROM limited_attempts\n)".into(),
         );
         let from = if ending {
             " CROSS JOIN contention"
@@ -229,7 +241,7 @@ pub(crate) fn queue_claim(
             " FROM contention"
         };
         format!(
-            "WITH\n{}\nSELECT {}, contention.contended{ended}{from} LEFT JOIN claimed ON TRUE \
+            "WITH\n{}\nSELECT {}, contention.contended, contention.in_use{ended}{from} LEFT JOIN claimed ON TRUE \
              ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
             JOB_COLUMNS
@@ -462,8 +474,9 @@ mod tests {
     fn shapes_bind_the_documented_parameters() {
         let s = Settings::default();
         assert!(queue_claim(&s, true, false, false).contains("$5::bigint[]"));
-        assert!(!queue_claim(&s, true, false, false).contains("$6"));
-        assert!(queue_claim(&s, true, true, false).contains("$6::bigint"));
+        assert!(queue_claim(&s, true, false, false).contains("$6::float8"));
+        assert!(!queue_claim(&s, true, false, false).contains("$7"));
+        assert!(queue_claim(&s, true, true, false).contains("$7::bigint"));
         assert!(queue_claim(&s, false, true, false).contains("$5::bigint - COUNT(*)"));
     }
 
@@ -472,9 +485,9 @@ mod tests {
         let s = Settings::default();
         for (gated, budget, first) in [
             (false, false, 5),
-            (true, false, 6),
+            (true, false, 7),
             (false, true, 6),
-            (true, true, 7),
+            (true, true, 8),
         ] {
             let sql = queue_claim(&s, gated, budget, true);
             for (offset, ty) in [(0, "bigint[]"), (1, "text[]"), (2, "text[]")] {

@@ -355,20 +355,18 @@ impl WorkerBuilder {
             }
         };
         drop(conn);
-        // Two claims of a limited entrypoint in flight at once would compute the same free
-        // slots and one would lose the race on the slot index nearly every time.
-        let lanes = if claimer.is_capacity_gated() {
-            1
-        } else {
-            usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_LANES))
-                .unwrap_or(1)
-        };
-        // No slot is at stake without a limit: a batch may be claimed ahead.
-        let claim_ahead = if claimer.is_capacity_gated() {
-            0
-        } else {
-            o.batch_size
-        };
+        // A second claim in flight where the pool has room. With limits it claims only
+        // while they are far from binding, and its search for free slots starts half the
+        // limit away from the first lane's, so that the two take different slots.
+        let lanes = usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_LANES))
+            .unwrap_or(1);
+        // A batch may be claimed ahead where no slot is at stake: always without limits,
+        // with them only while they are far from binding (see `relax_margin`).
+        let claim_ahead = o.batch_size;
+        // What this worker may hold beyond the slots in use when it claims relaxed: its
+        // threads' jobs, a batch ahead and a batch per lane in flight.
+        let relax_margin =
+            i64::try_from(o.threads + (lanes + 1) * o.batch_size).unwrap_or(i64::MAX);
         let slots_scarce =
             self.registry.limits().iter().any(|(_, limit)| {
                 *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= o.threads)
@@ -389,6 +387,7 @@ impl WorkerBuilder {
                 batch_size: o.batch_size,
                 lanes,
                 claim_ahead,
+                relax_margin,
                 slots_scarce,
                 fold_outcomes: slots_scarce && o.reuse_slots,
                 dequeue_timeout: o.dequeue_timeout,
@@ -414,9 +413,13 @@ pub(crate) struct WorkerConfig {
     pub(crate) batch_size: usize,
     /// Claim lanes (1 or 2): claims in flight at once.
     pub(crate) lanes: usize,
-    /// Jobs a claim may take beyond idle threads while handlers are short (see
-    /// `room::Room`): one batch without limits, none with them.
+    /// Jobs a claim may take beyond idle threads while handlers are short and no limit
+    /// binds (see `room::Room`): one batch.
     pub(crate) claim_ahead: usize,
+    /// A worker with limits claims as an unlimited one (ahead, on every lane) while each
+    /// limit has this many slots to spare beyond those in use fleet-wide at the last
+    /// claim; nearer, it claims for free threads only, on one lane.
+    pub(crate) relax_margin: i64,
     /// Some entrypoint's concurrency limit is no larger than the thread count, so its
     /// slots, not the threads, bound how fast its jobs run: outcomes are written sooner,
     /// and each write wakes the dispatcher.

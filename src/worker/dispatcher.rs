@@ -1,6 +1,6 @@
 //! The dispatcher: the one owner of claiming (River's producer). It decides when a claim
 //! is worth its statement, how many jobs it takes (no more than idle executors, plus one
-//! batch ahead where no limit is at stake and handlers are short: see `room::Room`), when a
+//! batch ahead while no limit binds and handlers are short: see `room::Room`), when a
 //! second claim connection pays, and hands the claimed jobs to the executors.
 //!
 //! It claims on one or two *lanes*, each with a connection of its own. The primary lane
@@ -13,8 +13,16 @@
 //! concurrency limits, and claims only while claims come back as full batches: then the
 //! batch size, not idle threads, bounds them, and a second claim in flight runs while
 //! the first waits for its commit. (With idle threads as the bound, two claims would
-//! split them and pay two commits.) Two claims of a limited entrypoint in flight would
-//! compute the same free slots, so limited workers have one lane.
+//! split them and pay two commits.)
+//!
+//! A worker with limits claims as one without them while every limit is far from
+//! binding: each claim reports the slots in use fleet-wide, and while each limit has
+//! `relax_margin` to spare (this worker's threads, a batch ahead and a batch per lane)
+//! claims go ahead of free threads and on both lanes. The two lanes start their searches
+//! for free slots half a limit apart, so they take different slots; the slot index still
+//! decides every claim, so exactness never rests on this reckoning. Nearer the limit the
+//! worker claims for free threads only, on one lane, and a slot is never held by a job
+//! waiting for a thread.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -62,6 +70,12 @@ pub(crate) struct Dispatcher<'a> {
     /// Drain mode: stop once nothing is queued for our entrypoints and nothing runs.
     pub(crate) drain: bool,
     pub(crate) second: SecondLane,
+    /// Every limit was far from binding at the last claim (always true without limits):
+    /// claims may go ahead of free threads and on the second lane.
+    pub(crate) relaxed: AtomicBool,
+    /// Where the primary lane's search for free slots starts (a fraction of each limit);
+    /// the second lane's starts half a limit away.
+    pub(crate) slot_shift: f64,
     /// An error no retry can fix (a transaction pooler the pool was not told about): the
     /// worker stops and `run()` returns it.
     pub(crate) fatal: std::sync::Mutex<Option<crate::Error>>,
@@ -74,6 +88,8 @@ pub(crate) struct Dispatcher<'a> {
 pub(crate) struct Lead<'a> {
     /// The lane's claim connection.
     conn: LoopConn<'a>,
+    /// Where the lane's search for free slots starts (see [`Dispatcher::slot_shift`]).
+    shift: f64,
     rng: Jitter,
     /// How long to wait after a failed claim.
     backoff: Duration,
@@ -131,6 +147,7 @@ impl<'a> Dispatcher<'a> {
     pub(crate) fn first_lead(&self, dispatching: Sender<()>) {
         let lead = Lead {
             conn: LoopConn::new(&self.config.pool),
+            shift: self.slot_shift,
             rng: Jitter::new(0),
             backoff: Duration::from_millis(50),
             quiet_until: None,
@@ -275,7 +292,7 @@ impl<'a> Dispatcher<'a> {
         ] {
             self.doorbell.take(why);
         }
-        let claim = match self.claim(&mut lead.conn, take, true) {
+        let claim = match self.claim(&mut lead.conn, lead.shift, take, true) {
             Ok(claim) => claim,
             Err(e) if e.is_pooler_mismatch() => {
                 log::error!("pgqueuer claim failed; stopping the worker: {e}");
@@ -422,6 +439,7 @@ impl<'a> Dispatcher<'a> {
     pub(crate) fn run_second(&self) {
         let config = self.config;
         let mut conn = LoopConn::new(&config.pool);
+        let shift = (self.slot_shift + 0.5).fract();
         loop {
             select! {
                 recv(self.second.wake_rx) -> _ => {},
@@ -438,7 +456,7 @@ impl<'a> Dispatcher<'a> {
                 if take == 0 {
                     break;
                 }
-                match self.claim(&mut conn, take, false) {
+                match self.claim(&mut conn, shift, take, false) {
                     Ok(claim) => {
                         let jobs = self.hold(claim.jobs);
                         self.ledger.hand_over(jobs);
@@ -453,10 +471,17 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Claims up to `take` jobs (the threads reserved for them), folding in whatever
-    /// outcomes the completer offers when `fold`; gives back the threads the claim did
-    /// not fill.
-    fn claim(&self, conn: &mut LoopConn<'_>, take: usize, fold: bool) -> crate::Result<Claim> {
+    /// Claims up to `take` jobs (the threads reserved for them), its search for free
+    /// slots starting at `shift`, folding in whatever outcomes the completer offers when
+    /// `fold`; gives back the threads the claim did not fill, and learns from the slots
+    /// in use whether the limits are far from binding.
+    fn claim(
+        &self,
+        conn: &mut LoopConn<'_>,
+        shift: f64,
+        take: usize,
+        fold: bool,
+    ) -> crate::Result<Claim> {
         let config = self.config;
         let outcomes = if fold {
             self.ledger.for_claim()
@@ -464,8 +489,9 @@ impl<'a> Dispatcher<'a> {
             Vec::new()
         };
         let started = Instant::now();
-        let claimed = match self.limits.claimer(&config.claimer) {
-            Some(claimer) => conn.run(|c| claimer.complete_and_claim(c, &outcomes, take)),
+        let claimer = self.limits.claimer(&config.claimer);
+        let claimed = match &claimer {
+            Some(claimer) => conn.run(|c| claimer.claim_from(c, &outcomes, take, shift)),
             // Every entrypoint is paused: write the outcomes alone, claim nothing.
             None => conn
                 .run(|c| config.claimer.complete(c, &outcomes))
@@ -488,13 +514,29 @@ impl<'a> Dispatcher<'a> {
                 started.elapsed(),
                 claim.jobs.iter().map(|j| j.entrypoint.as_str()),
                 lost,
+                config.claimer.is_capacity_gated() && self.relaxed.load(Ordering::SeqCst),
             );
             self.stats
                 .load(self.ledger.owned() + taken, self.ledger.idle_threads());
         }
+        if let (Ok(claim), Some(claimer)) = (&claimed, &claimer)
+            && claim.lost.is_none()
+        {
+            let relaxed = claimer.far_from_full(&claim.in_use, config.relax_margin);
+            if relaxed != self.relaxed.swap(relaxed, Ordering::SeqCst) {
+                log::debug!(
+                    "limits far from binding: {relaxed} (slots in use {:?})",
+                    claim.in_use
+                );
+            }
+            self.ledger.allow_ahead(relaxed);
+        }
         if let Ok(claim) = &claimed {
             self.second.batch_bound.store(
-                config.lanes > 1 && taken == take && take == config.batch_size,
+                config.lanes > 1
+                    && taken == take
+                    && take == config.batch_size
+                    && self.relaxed.load(Ordering::SeqCst),
                 Ordering::SeqCst,
             );
             log::trace!(

@@ -38,11 +38,12 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// A ledger for `threads` runs at once, up to `ahead` jobs claimed beyond them, whose
+    /// A ledger for `threads` runs at once, up to `ahead` jobs claimed beyond them (from
+    /// the start when `ahead_allowed`, else once [`Ledger::allow_ahead`] says so), whose
     /// claims take finished jobs' ends along when `fold`.
-    pub(crate) fn new(threads: usize, ahead: usize, fold: bool) -> Ledger {
+    pub(crate) fn new(threads: usize, ahead: usize, ahead_allowed: bool, fold: bool) -> Ledger {
         Ledger {
-            room: Room::new(threads, ahead),
+            room: Room::new(threads, ahead, ahead_allowed),
             handoff: Handoff::new(threads),
             owned: Owned::default(),
             outcomes: Outcomes::new(fold),
@@ -69,6 +70,12 @@ impl Ledger {
     /// Gives back room a claim did not fill.
     pub(crate) fn unreserve(&self, n: usize) {
         self.room.release(n);
+    }
+
+    /// Whether claims may take jobs ahead of free threads from now on (limits far from
+    /// binding).
+    pub(crate) fn allow_ahead(&self, allowed: bool) {
+        self.room.allow_ahead(allowed);
     }
 
     /// Room threads with no job waiting for them.
@@ -255,7 +262,7 @@ mod tests {
     /// between, so that the heartbeat (which refreshes `owned_ids`) covers it all along.
     #[test]
     fn a_job_is_heartbeated_from_its_claim_until_its_outcome_is_written() {
-        let ledger = Ledger::new(2, 0, false);
+        let ledger = Ledger::new(2, 0, true, false);
         assert_eq!(ledger.reserve(2), 2);
         let jobs = ledger.claimed(vec![test_job(1), test_job(2)], |_| 0);
         assert_eq!(jobs.len(), 2);
@@ -284,7 +291,7 @@ mod tests {
     /// a grant comes back when a run ends.
     #[test]
     fn no_more_jobs_run_at_once_than_threads() {
-        let ledger = Ledger::new(2, 2, false);
+        let ledger = Ledger::new(2, 2, true, false);
         ledger.room.ran(Duration::from_micros(5));
         assert_eq!(ledger.reserve(4), 4);
         let jobs = ledger.claimed((1..=4).map(test_job).collect(), |_| 0);
@@ -302,7 +309,7 @@ mod tests {
     /// own running job) does not run it twice, and gives its room back.
     #[test]
     fn a_job_already_owned_is_not_claimed_twice() {
-        let ledger = Ledger::new(2, 0, false);
+        let ledger = Ledger::new(2, 0, true, false);
         assert_eq!(ledger.reserve(1), 1);
         ledger.claimed(vec![test_job(7)], |_| 0);
         assert_eq!(ledger.reserve(1), 1);
@@ -314,7 +321,7 @@ mod tests {
     /// Ends a claim took along are written by it, or come back for the completer.
     #[test]
     fn folded_ends_are_written_or_come_back() {
-        let ledger = Ledger::new(2, 0, true);
+        let ledger = Ledger::new(2, 0, true, true);
         assert_eq!(ledger.reserve(2), 2);
         ledger.claimed(vec![test_job(1), test_job(2)], |_| 0);
         ledger.finished(outcome(1), Duration::ZERO);

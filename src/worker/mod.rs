@@ -16,12 +16,14 @@ mod dispatcher;
 mod doorbell;
 mod entrypoint;
 mod executor;
+mod figures;
 mod handoff;
 mod heartbeat;
 mod jitter;
 mod ledger;
 mod limits;
 mod listener;
+mod liveness;
 mod loop_conn;
 mod outcomes;
 mod owned;
@@ -41,8 +43,10 @@ pub use entrypoint::{
     BoxError, Context, Entrypoint, FencingToken, HandlerResult, JobError, OnFailure, Retry,
     RetryPolicy,
 };
+pub use figures::TimingStats;
 pub use limits::LimitStats;
-pub use stats::{EntrypointStats, RunSummary, StatsHandle, TimingStats, WorkerHealth, WorkerStats};
+pub use liveness::WorkerHealth;
+pub use stats::{EntrypointStats, RunSummary, StatsHandle, WorkerStats};
 
 use crate::connect::Pool;
 use crate::error::{Error, Result};
@@ -102,8 +106,8 @@ impl std::fmt::Debug for Worker {
 impl Worker {
     /// A builder using `pool`. The worker holds three of its connections (claims,
     /// heartbeats, outcomes) whatever the thread count, and a fourth for a second claim in
-    /// flight when the pool has four or more and no entrypoint has a concurrency limit;
-    /// plus one of its own for LISTEN.
+    /// flight when the pool has four or more (used while claims come back full and no
+    /// limit is near binding); plus one of its own for LISTEN.
     pub fn builder(pool: Pool) -> WorkerBuilder {
         WorkerBuilder::new(pool)
     }
@@ -170,7 +174,12 @@ impl Worker {
         let config = &*self.config;
         let shutdown = &self.shutdown;
         let doorbell = Doorbell::new();
-        let ledger = Ledger::new(config.threads, config.claim_ahead, config.fold_outcomes);
+        let ledger = Ledger::new(
+            config.threads,
+            config.claim_ahead,
+            !config.claimer.is_capacity_gated(),
+            config.fold_outcomes,
+        );
         let stats = &*self.stats;
         let limits = &*self.limits;
         let deadlines = config
@@ -188,6 +197,9 @@ impl Worker {
             shutdown,
             drain,
             second: SecondLane::default(),
+            relaxed: std::sync::atomic::AtomicBool::new(!config.claimer.is_capacity_gated()),
+            // Apart from other workers' searches (each worker's id is random).
+            slot_shift: (config.claimer.worker_id().as_u128() >> 75) as f64 / (1u64 << 53) as f64,
             fatal: std::sync::Mutex::new(None),
             parked_lead: std::sync::Mutex::new(None),
         };

@@ -1,7 +1,7 @@
 //! Room for claimed jobs: how many a claim may take (idle threads, plus a batch ahead
 //! while handlers are short and no limit is at stake).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Room for claimed jobs: executor threads that are idle and not promised a handed-over
@@ -12,9 +12,10 @@ use std::time::Duration;
 /// handed-over job or goes idle: the count stays "idle threads minus jobs waiting for one,
 /// plus the ahead allowance" either way.
 ///
-/// Where a limit is at stake the allowance is zero: a claimed job of a limited entrypoint
-/// holds a concurrency slot, and taking more than there are threads to start them would
-/// keep slots from other workers. Elsewhere a claim may take up to one batch ahead, so
+/// Where a limit binds, or may soon, the allowance is zero: a claimed job of a limited
+/// entrypoint holds a concurrency slot, and taking more than there are threads to start
+/// them would keep slots from other workers. While every limit is far from full, and
+/// where there is none, a claim may take up to one batch ahead, so
 /// that the next batch is claimed (and its commit paid) while this one runs, instead of
 /// after, but only while handlers are short ([`AHEAD_WHILE_SHORTER`]): a job claimed
 /// ahead waits in the hand-off for a thread, and should wait about one short job's run,
@@ -24,6 +25,9 @@ pub(crate) struct Room {
     /// The room when every thread is idle and no job waits: `threads + ahead`.
     full: usize,
     ahead: usize,
+    /// Jobs may be claimed ahead at all: always without limits; with them, only while
+    /// the limits are far from binding (the dispatcher says so after each claim).
+    ahead_allowed: AtomicBool,
     /// A running average of handler run times, in microseconds (`u64::MAX` before the
     /// first job ends: nothing is claimed ahead until handlers are known to be short).
     recent_us: AtomicU64,
@@ -34,20 +38,30 @@ pub(crate) struct Room {
 pub(crate) const AHEAD_WHILE_SHORTER: Duration = Duration::from_millis(1);
 
 impl Room {
-    /// `threads` executors, and up to `ahead` jobs claimed beyond them.
-    pub(crate) fn new(threads: usize, ahead: usize) -> Room {
+    /// `threads` executors, and up to `ahead` jobs claimed beyond them while
+    /// `ahead_allowed` (see [`Room::allow_ahead`]).
+    pub(crate) fn new(threads: usize, ahead: usize, ahead_allowed: bool) -> Room {
         Room {
             room: AtomicUsize::new(threads + ahead),
             full: threads + ahead,
             ahead,
+            ahead_allowed: AtomicBool::new(ahead_allowed),
             recent_us: AtomicU64::new(u64::MAX),
         }
     }
 
-    /// The allowance in force: `ahead` while handlers are short, else none.
+    /// Whether jobs may be claimed ahead from now on (while handlers are short).
+    pub(crate) fn allow_ahead(&self, allowed: bool) {
+        self.ahead_allowed.store(allowed, Ordering::Relaxed);
+    }
+
+    /// The allowance in force: `ahead` while it is allowed and handlers are short, else
+    /// none.
     fn ahead_now(&self) -> usize {
         let short = u64::try_from(AHEAD_WHILE_SHORTER.as_micros()).unwrap_or(u64::MAX);
-        if self.recent_us.load(Ordering::Relaxed) < short {
+        if self.ahead_allowed.load(Ordering::Relaxed)
+            && self.recent_us.load(Ordering::Relaxed) < short
+        {
             self.ahead
         } else {
             0
@@ -128,7 +142,7 @@ mod tests {
 
     #[test]
     fn idle_threads_are_reserved_and_given_back() {
-        let room = Room::new(4, 0);
+        let room = Room::new(4, 0, true);
         assert_eq!(room.reserve(3), 3);
         assert_eq!(room.reserve(3), 1);
         assert_eq!(room.reserve(1), 0);
@@ -139,7 +153,7 @@ mod tests {
 
     #[test]
     fn jobs_are_claimed_ahead_only_while_handlers_are_short() {
-        let room = Room::new(4, 4);
+        let room = Room::new(4, 4, true);
         // Before any job has run nothing is claimed ahead.
         assert_eq!((room.room(), room.enough(4)), (4, 1));
         assert_eq!(room.reserve(8), 4);
@@ -159,8 +173,27 @@ mod tests {
     }
 
     #[test]
+    fn nothing_is_claimed_ahead_while_a_limit_may_bind() {
+        let room = Room::new(4, 4, false);
+        room.ran(Duration::from_micros(50));
+        // Short handlers, but a limit near binding: idle threads only.
+        assert_eq!((room.room(), room.enough(4)), (4, 1));
+        assert_eq!(room.reserve(8), 4);
+        room.release(4);
+        // The limits are far from full again: a batch ahead, as without limits.
+        room.allow_ahead(true);
+        assert_eq!((room.room(), room.enough(4)), (8, 4));
+        assert_eq!(room.reserve(8), 8);
+        // Near the limit once more with jobs held ahead: no further room until they run.
+        room.allow_ahead(false);
+        assert_eq!(room.room(), 0);
+        room.release(8);
+        assert_eq!(room.idle_threads(), 4);
+    }
+
+    #[test]
     fn only_a_claim_on_an_idle_worker_is_all_it_has() {
-        let room = Room::new(4, 2);
+        let room = Room::new(4, 2, true);
         assert_eq!(room.reserve(3), 3);
         assert!(room.only(3), "nothing else runs, waits or is reserved");
         assert!(!room.only(2), "a reserved job not in this claim");

@@ -1,5 +1,5 @@
-//! What a worker can say about itself. Every figure is recorded once, into a [`Count`],
-//! [`Timing`] or [`Level`] that keeps the worker's own value (read by
+//! What a worker can say about itself. Every figure is recorded once, into a `Count`,
+//! `Timing` or `Level` (see `figures`) that keeps the worker's own value (read by
 //! [`StatsHandle::snapshot`], for programs without a metrics stack) and, with the
 //! `metrics` feature, forwards it to a handle of the `metrics` facade (for theirs;
 //! `docs/operating.md` has the table of names).
@@ -11,11 +11,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::entrypoint::Registry;
+use super::figures::{Count, Level, Timing, TimingStats};
 use super::limits::{LimitStats, LimitWatch};
+use super::liveness::{Liveness, WorkerHealth};
 use crate::job::Status;
 
 /// What a run did.
@@ -36,6 +37,7 @@ pub struct RunSummary {
 /// The metric names the `metrics` feature records (`docs/operating.md` has them in a table).
 pub(crate) mod names {
     pub(crate) const CLAIMS: &str = "pgqueuer_claims_total";
+    pub(crate) const RELAXED_CLAIMS: &str = "pgqueuer_relaxed_claims_total";
     pub(crate) const CLAIM_DURATION: &str = "pgqueuer_claim_duration_seconds";
     pub(crate) const JOBS_CLAIMED: &str = "pgqueuer_jobs_claimed_total";
     pub(crate) const JOBS_ENDED: &str = "pgqueuer_jobs_ended_total";
@@ -49,118 +51,6 @@ pub(crate) mod names {
     pub(crate) const SLOTS_IN_USE: &str = "pgqueuer_slots_in_use";
     pub(crate) const JOBS_RELEASED: &str = "pgqueuer_jobs_released_total";
     pub(crate) const WRITE_FAILURES: &str = "pgqueuer_outcome_write_failures_total";
-}
-
-/// Labels of one figure: `entrypoint`, and `status` for ended jobs.
-type Labels<'a> = &'a [(&'static str, &'a str)];
-
-#[cfg(feature = "metrics")]
-fn facade_labels(labels: Labels<'_>) -> Vec<metrics::Label> {
-    labels
-        .iter()
-        .map(|&(k, v)| metrics::Label::new(k, v.to_owned()))
-        .collect()
-}
-
-/// A counter.
-struct Count {
-    value: AtomicU64,
-    #[cfg(feature = "metrics")]
-    handle: metrics::Counter,
-}
-
-impl Count {
-    fn new(name: &'static str, labels: Labels<'_>) -> Count {
-        #[cfg(not(feature = "metrics"))]
-        let _ = (name, labels);
-        Count {
-            value: AtomicU64::new(0),
-            #[cfg(feature = "metrics")]
-            handle: metrics::counter!(name, facade_labels(labels)),
-        }
-    }
-
-    fn add(&self, n: u64) {
-        self.value.fetch_add(n, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        self.handle.increment(n);
-    }
-
-    fn get(&self) -> u64 {
-        self.value.load(Ordering::Relaxed)
-    }
-}
-
-/// A histogram of durations: the worker keeps its count, sum and maximum.
-struct Timing {
-    count: AtomicU64,
-    sum_us: AtomicU64,
-    max_us: AtomicU64,
-    #[cfg(feature = "metrics")]
-    handle: metrics::Histogram,
-}
-
-impl Timing {
-    fn new(name: &'static str, labels: Labels<'_>) -> Timing {
-        #[cfg(not(feature = "metrics"))]
-        let _ = (name, labels);
-        Timing {
-            count: AtomicU64::new(0),
-            sum_us: AtomicU64::new(0),
-            max_us: AtomicU64::new(0),
-            #[cfg(feature = "metrics")]
-            handle: metrics::histogram!(name, facade_labels(labels)),
-        }
-    }
-
-    fn record(&self, d: Duration) {
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(us, Ordering::Relaxed);
-        self.max_us.fetch_max(us, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        self.handle.record(d.as_secs_f64());
-    }
-
-    fn snapshot(&self) -> TimingStats {
-        TimingStats {
-            count: self.count.load(Ordering::Relaxed),
-            sum: Duration::from_micros(self.sum_us.load(Ordering::Relaxed)),
-            max: Duration::from_micros(self.max_us.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-/// A gauge of a count of things, now.
-struct Level {
-    value: AtomicU64,
-    #[cfg(feature = "metrics")]
-    handle: metrics::Gauge,
-}
-
-impl Level {
-    fn new(name: &'static str, labels: Labels<'_>) -> Level {
-        #[cfg(not(feature = "metrics"))]
-        let _ = (name, labels);
-        Level {
-            value: AtomicU64::new(0),
-            #[cfg(feature = "metrics")]
-            handle: metrics::gauge!(name, facade_labels(labels)),
-        }
-    }
-
-    fn set(&self, n: u64) {
-        self.value.store(n, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        {
-            #[allow(clippy::cast_precision_loss)] // counts of jobs and threads
-            self.handle.set(n as f64);
-        }
-    }
-
-    fn get(&self) -> u64 {
-        self.value.load(Ordering::Relaxed)
-    }
 }
 
 /// One entrypoint's figures.
@@ -224,6 +114,7 @@ pub(crate) struct Stats {
     entrypoints: Vec<(String, PerEntrypoint)>,
     index: HashMap<String, usize>,
     claims: Count,
+    relaxed_claims: Count,
     claim_duration: Timing,
     races_lost: Count,
     deadlocks: Count,
@@ -236,113 +127,6 @@ pub(crate) struct Stats {
     last_write_failure: std::sync::Mutex<Option<String>>,
     /// What [`StatsHandle::health`] reads: when each loop last made progress.
     pub(crate) liveness: Liveness,
-}
-
-/// When each of the worker's loops last made progress, in microseconds since the worker
-/// was built (0: never), for [`StatsHandle::health`]: the claim loop, the completer (and
-/// since when its writes fail, 0 while they succeed), the listener (and whether it is
-/// connected). Each loop writes its own; the health check reads them.
-pub(crate) struct Liveness {
-    origin: Instant,
-    claim_loop: AtomicU64,
-    writes_failing_since: AtomicU64,
-    listener: AtomicU64,
-    listening: AtomicBool,
-    /// Whether the worker LISTENs at all (it polls through a transaction pooler).
-    listens: AtomicBool,
-    running: AtomicBool,
-    /// The claim loop's longest honest wait (its `dequeue_timeout`), in microseconds.
-    claim_wait: AtomicU64,
-}
-
-impl Liveness {
-    fn new() -> Liveness {
-        Liveness {
-            origin: Instant::now(),
-            claim_loop: AtomicU64::new(0),
-            writes_failing_since: AtomicU64::new(0),
-            listener: AtomicU64::new(0),
-            listening: AtomicBool::new(false),
-            listens: AtomicBool::new(true),
-            running: AtomicBool::new(false),
-            claim_wait: AtomicU64::new(30_000_000),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1)
-    }
-
-    fn age(&self, at: &AtomicU64) -> Option<Duration> {
-        match at.load(Ordering::Relaxed) {
-            0 => None,
-            t => Some(Duration::from_micros(self.now().saturating_sub(t))),
-        }
-    }
-
-    /// The worker started running (`run`), waiting up to `claim_wait` between claims,
-    /// listening or not.
-    pub(crate) fn started(&self, claim_wait: Duration, listens: bool) {
-        self.claim_wait.store(
-            u64::try_from(claim_wait.as_micros()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        self.listens.store(listens, Ordering::Relaxed);
-        self.claim_loop.store(self.now(), Ordering::Relaxed);
-        self.running.store(true, Ordering::Relaxed);
-    }
-
-    pub(crate) fn stopped(&self) {
-        self.running.store(false, Ordering::Relaxed);
-    }
-
-    /// The claim loop went round (a claim, or a wait that ended).
-    pub(crate) fn claim_loop_ran(&self) {
-        self.claim_loop.store(self.now(), Ordering::Relaxed);
-    }
-
-    /// A write of outcomes succeeded.
-    pub(crate) fn write_succeeded(&self) {
-        self.writes_failing_since.store(0, Ordering::Relaxed);
-    }
-
-    /// A write of outcomes failed (the first failure since a success is kept).
-    pub(crate) fn write_failed(&self) {
-        let now = self.now();
-        let _ = self.writes_failing_since.compare_exchange(
-            0,
-            now,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-    }
-
-    /// The listener went round its loop, connected or not.
-    pub(crate) fn listener_ran(&self, connected: bool) {
-        self.listener.store(self.now(), Ordering::Relaxed);
-        self.listening.store(connected, Ordering::Relaxed);
-    }
-}
-
-/// How long the completer's writes may fail before the worker calls itself unhealthy.
-pub(crate) const UNWRITTEN_DEADLINE: Duration = Duration::from_secs(5);
-/// How long the listener may go without a turn of its loop, or disconnected.
-pub(crate) const LISTENER_DEADLINE: Duration = Duration::from_secs(30);
-
-/// Whether a worker's own loops make progress ([`StatsHandle::health`]): the claim loop
-/// went round within twice its `dequeue_timeout` (or every thread is busy), the
-/// completer's writes have not failed for 5 s on end, and the listener is connected and
-/// went round within 30 s. What a process serves from its
-/// liveness probe; the database's view of the whole fleet is [`crate::ops::health`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WorkerHealth {
-    /// True when every loop makes progress (and the worker runs).
-    pub healthy: bool,
-    /// What is wrong, in words; empty when healthy.
-    pub problems: Vec<String>,
 }
 
 impl Stats {
@@ -367,6 +151,7 @@ impl Stats {
             entrypoints,
             index,
             claims: Count::new(names::CLAIMS, &[]),
+            relaxed_claims: Count::new(names::RELAXED_CLAIMS, &[]),
             claim_duration: Timing::new(names::CLAIM_DURATION, &[]),
             races_lost: Count::new(names::SLOT_RACES_LOST, &[]),
             deadlocks: Count::new(names::DEADLOCKS_RETRIED, &[]),
@@ -401,8 +186,12 @@ impl Stats {
         took: Duration,
         entrypoints: impl Iterator<Item = &'a str>,
         lost: Option<Lost>,
+        relaxed: bool,
     ) {
         self.claims.add(1);
+        if relaxed {
+            self.relaxed_claims.add(1);
+        }
         self.claim_duration.record(took);
         for entrypoint in entrypoints {
             if let Some(e) = self.of(entrypoint) {
@@ -484,6 +273,11 @@ impl Stats {
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(names::CLAIMS, Unit::Count, "Claim statements run.");
+    describe_counter!(
+        names::RELAXED_CLAIMS,
+        Unit::Count,
+        "Claims of a worker with limits made while every limit was far from binding."
+    );
     describe_histogram!(
         names::CLAIM_DURATION,
         Unit::Seconds,
@@ -547,18 +341,6 @@ fn describe() {
     );
 }
 
-/// A histogram's figures in a [`WorkerStats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TimingStats {
-    /// How many were recorded.
-    pub count: u64,
-    /// Their sum (to the microsecond).
-    pub sum: Duration,
-    /// The longest.
-    pub max: Duration,
-}
-
 /// One entrypoint's figures in a [`WorkerStats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -593,6 +375,10 @@ pub struct WorkerStats {
     pub jobs: RunSummary,
     /// Claim statements run.
     pub claims: u64,
+    /// Of them, claims of a worker with concurrency limits made while every limit was far
+    /// from binding: those may take jobs ahead of free threads and run on a second
+    /// connection. The rest of a limited worker's claims take jobs for free threads only.
+    pub relaxed_claims: u64,
     /// Their run times.
     pub claim_duration: TimingStats,
     /// Claims that lost a slot race (23505 on the slot index) and came back empty.
@@ -638,6 +424,7 @@ impl StatsHandle {
         WorkerStats {
             jobs: s.summary(),
             claims: s.claims.get(),
+            relaxed_claims: s.relaxed_claims.get(),
             claim_duration: s.claim_duration.snapshot(),
             slot_races_lost: s.races_lost.get(),
             deadlocks_retried: s.deadlocks.get(),
@@ -670,47 +457,12 @@ impl StatsHandle {
     /// process's liveness probe.
     pub fn health(&self) -> WorkerHealth {
         let s = &self.stats;
-        let l = &s.liveness;
-        let mut problems = Vec::new();
-        if !l.running.load(Ordering::Relaxed) {
-            problems.push("the worker is not running".to_owned());
-        } else {
-            let wait = Duration::from_micros(l.claim_wait.load(Ordering::Relaxed));
-            let busy = s.idle_threads.get() == 0 && s.running.get() > 0;
-            if let Some(age) = l.age(&l.claim_loop)
-                && age > (wait * 2).max(Duration::from_secs(10))
-                && !busy
-            {
-                problems.push(format!(
-                    "the claim loop has not run for {age:?}, with threads idle"
-                ));
-            }
-            if let Some(age) = l.age(&l.writes_failing_since)
-                && age > UNWRITTEN_DEADLINE
-            {
-                problems.push(format!(
-                    "outcomes have not been written for {age:?}: {}",
-                    crate::lock::lock(&s.last_write_failure)
-                        .clone()
-                        .unwrap_or_default()
-                ));
-            }
-            if l.listens.load(Ordering::Relaxed) {
-                match l.age(&l.listener) {
-                    Some(age) if age > LISTENER_DEADLINE => {
-                        problems.push(format!("the listener has not run for {age:?}"));
-                    }
-                    Some(_) if !l.listening.load(Ordering::Relaxed) => {
-                        problems.push("the listener is not connected".to_owned());
-                    }
-                    _ => {}
-                }
-            }
-        }
-        WorkerHealth {
-            healthy: problems.is_empty(),
-            problems,
-        }
+        let busy = s.idle_threads.get() == 0 && s.running.get() > 0;
+        s.liveness.health(busy, || {
+            crate::lock::lock(&s.last_write_failure)
+                .clone()
+                .unwrap_or_default()
+        })
     }
 }
 

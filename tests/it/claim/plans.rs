@@ -7,13 +7,15 @@ use pgqueuer::postgres::Client;
 use super::{insert_jobs, success};
 use crate::harness::TestDb;
 
-/// Rows produced by the slot search (`generate_series`) in the claim's actual plan.
+/// Rows produced by the slot search (`generate_series`) in the claim's actual plan, its
+/// search starting at `shift` (a fraction of the limit).
 fn slot_rows(
     client: &mut Client,
     claimer: &Claimer,
     batch: i32,
     ep: &str,
     limit: i64,
+    shift: f64,
 ) -> (i64, usize) {
     let names = vec![ep.to_owned()];
     let limits = vec![limit];
@@ -23,7 +25,7 @@ fn slot_rows(
     let plan: serde_json::Value = tx
         .query_one(
             &format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", claimer.claim_sql()),
-            &[&batch, &names, &worker, &timeout, &limits],
+            &[&batch, &names, &worker, &timeout, &limits, &shift],
         )
         .unwrap()
         .get(0);
@@ -46,7 +48,7 @@ fn slot_rows(
 }
 
 /// Limits 10 and 5,000 search the same number of slots (held + take), so a claim costs
-/// the same whatever the limit.
+/// the same whatever the limit, and wherever in the limit its search starts.
 #[test]
 fn the_slot_search_is_bounded_by_held_plus_take() {
     let db = TestDb::new();
@@ -65,13 +67,24 @@ fn the_slot_search_is_bounded_by_held_plus_take() {
             5
         );
         let claimer = Claimer::builder().entrypoint(ep, limit).build().unwrap();
-        results.push(slot_rows(&mut client, &claimer, 3, ep, i64::from(limit)));
+        for shift in [0.0, 0.5] {
+            results.push(slot_rows(
+                &mut client,
+                &claimer,
+                3,
+                ep,
+                i64::from(limit),
+                shift,
+            ));
+        }
     }
     assert_eq!(results[0].0, 5 + 3, "limit 10: slots searched");
-    assert_eq!(
-        results[0], results[1],
-        "limit 10 vs 5000: (slots searched, plan nodes)"
-    );
+    for other in &results[1..] {
+        assert_eq!(
+            results[0], *other,
+            "limits 10 and 5000, shifts 0 and 0.5: (slots searched, plan nodes)"
+        );
+    }
 }
 
 /// Scans so far of the queue table, of its `(entrypoint, execute_after)` index and of its

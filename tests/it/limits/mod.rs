@@ -1,13 +1,15 @@
 //! Concurrency limits, every test in one place: the slot-claiming dequeue's slots and
 //! races (`slots`, `races`), a worker's threads within its limits (`worker`), a worker
 //! facing full slots (`full_slots`), workers that disagree on a limit, Python's and ours
-//! (`disagree`), and the limit audit from the log (`audit`). A fleet of Rust and Python
+//! (`disagree`), limits far from binding claimed as if there were none (`relaxed`), and
+//! the limit audit from the log (`audit`). A fleet of Rust and Python
 //! workers at one limit is in `interop::fleet`.
 
 mod audit;
 mod disagree;
 mod full_slots;
 mod races;
+mod relaxed;
 mod slots;
 mod worker;
 

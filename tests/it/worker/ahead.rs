@@ -1,6 +1,6 @@
-//! Claiming ahead: without a concurrency limit, and while handlers are short, a worker
-//! claims its next batch while the current one runs; with long handlers or a limit it
-//! never holds more jobs than it has threads. At shutdown, jobs claimed ahead and not
+//! Claiming ahead: without a concurrency limit (or far from it), and while handlers are
+//! short, a worker claims its next batch while the current one runs; with long handlers
+//! or a limit that binds it never holds more jobs than it has threads. At shutdown, jobs claimed ahead and not
 //! started go back to the queue.
 
 use std::time::{Duration, Instant};
@@ -16,6 +16,21 @@ fn picked(db: &TestDb) -> i64 {
         &mut db.client(),
         "SELECT count(*) FROM pgqueuer WHERE status = 'picked'",
     )
+}
+
+/// Waits until `n` gate jobs have their outcome written: a job that has ended stays
+/// picked until then, beside the jobs that run.
+fn outcomes_written(db: &TestDb, n: i64) {
+    eventually(
+        Duration::from_secs(30),
+        "the ended gate jobs' outcomes",
+        || {
+            scalar::<i64>(
+                &mut db.client(),
+                "SELECT count(*) FROM pgqueuer_log WHERE entrypoint = 'gate' AND status = 'successful'",
+            ) >= n
+        },
+    );
 }
 
 /// A worker of two threads and batches of two whose `warm` jobs take `warm_for` and whose
@@ -65,12 +80,12 @@ fn two_gates_running(db: &TestDb, gate: &Gate, n: usize) -> Vec<i64> {
 /// A worker warmed up on 40 short jobs, with two of eight gate jobs running and two more
 /// claimed ahead, in a database of its own; the gate jobs' ids. Tried again with a fresh
 /// database and worker when a slow warm-up job kept it from claiming ahead (see
-/// [`claiming_ahead`]).
-fn a_batch_ahead() -> (TestDb, Gate, RunningWorker, Vec<i64>) {
+/// [`claiming_ahead`]). `limit` limits `gate` (0: no limit).
+fn a_batch_ahead(limit: u32) -> (TestDb, Gate, RunningWorker, Vec<i64>) {
     claiming_ahead(|| {
         let db = TestDb::new();
         let gate = Gate::new();
-        let worker = gated_worker(&db, &gate, Duration::ZERO, 0);
+        let worker = gated_worker(&db, &gate, Duration::ZERO, limit);
         warm_up(&db, 40);
         let ids = two_gates_running(&db, &gate, 8);
         // The claim ahead follows the gates' claim at once; 5 s is room for a busy
@@ -93,13 +108,21 @@ fn a_batch_ahead() -> (TestDb, Gate, RunningWorker, Vec<i64>) {
 /// every job runs, the ones claimed ahead included.
 #[test]
 fn short_jobs_are_claimed_one_batch_ahead() {
-    let (db, gate, worker, ids) = a_batch_ahead();
-    // No event marks the dispatcher deciding not to claim a third batch (see the
-    // report of this change: the library has no counter for it); it would claim at once
-    // after the batch ahead, so 300 ms is a chance it would have had.
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(picked(&db), 4, "two running and one batch of two ahead");
-    gate.let_through(8);
+    let (db, gate, worker, ids) = a_batch_ahead(0);
+    // A third batch would follow the batch ahead at once, without waiting for anything;
+    // by the time a job claimed ahead starts on a freed thread (a job's end, a wake and
+    // a start later) it would be picked too. So each start is the moment to look.
+    for ended in 1..=2 {
+        gate.let_through(1);
+        gate.wait_started(1);
+        outcomes_written(&db, ended);
+        assert!(
+            picked(&db) <= 4,
+            "more than one batch ahead: {}",
+            picked(&db)
+        );
+    }
+    gate.let_through(6);
     eventually(Duration::from_secs(60), "every gate job to end", || {
         ids.iter()
             .all(|id| log_of(&mut db.client(), *id).len() == 3)
@@ -116,12 +139,16 @@ fn holds_only_running_jobs(warm_for: Duration, limit: u32) {
     let worker = gated_worker(&db, &gate, warm_for, limit);
     warm_up(&db, 12);
     two_gates_running(&db, &gate, 6);
-    // No event marks the dispatcher deciding not to claim ahead (the library has no
-    // counter for it); it would claim at once after the gates' claim, so 500 ms is a
-    // chance it would have had.
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(picked(&db), 2, "only the running jobs are held");
-    gate.let_through(6);
+    // A claim ahead would follow the gates' claim at once, without waiting for anything;
+    // the next gate job starts only after one ends and a claim for its freed thread, so
+    // at that start a job claimed ahead would be picked beside the two running.
+    for ended in 1..=2 {
+        gate.let_through(1);
+        gate.wait_started(1);
+        outcomes_written(&db, ended);
+        assert_eq!(picked(&db), 2, "only the running jobs are held");
+    }
+    gate.let_through(4);
     assert_eq!(worker.join().unwrap().failed, 0);
 }
 
@@ -131,11 +158,25 @@ fn long_jobs_are_not_claimed_ahead() {
     holds_only_running_jobs(Duration::from_millis(20), 0);
 }
 
-/// A limited entrypoint holds slots: however short the handlers, nothing is claimed
-/// ahead of the threads.
+/// A limit that binds (3, against two threads and a batch of two claimed ahead): however
+/// short the handlers, nothing is claimed ahead of the threads, so slots are held only
+/// by running jobs.
 #[test]
-fn limited_jobs_are_not_claimed_ahead() {
-    holds_only_running_jobs(Duration::ZERO, 10);
+fn jobs_at_a_binding_limit_are_not_claimed_ahead() {
+    holds_only_running_jobs(Duration::ZERO, 3);
+}
+
+/// A limit far from binding (1,000) costs nothing: the worker claims a batch ahead, as
+/// without a limit, and every job still runs.
+#[test]
+fn jobs_far_from_their_limit_are_claimed_ahead() {
+    let (db, gate, worker, ids) = a_batch_ahead(1_000);
+    gate.let_through(8);
+    eventually(Duration::from_secs(60), "every gate job to end", || {
+        ids.iter()
+            .all(|id| log_of(&mut db.client(), *id).len() == 3)
+    });
+    assert_eq!(worker.join().unwrap().failed, 0);
 }
 
 /// Shutdown with jobs claimed ahead: they are not left picked for another worker to
@@ -143,7 +184,7 @@ fn limited_jobs_are_not_claimed_ahead() {
 /// `queued` log row) while the running jobs still run, and the worker then stops.
 #[test]
 fn jobs_claimed_ahead_go_back_to_the_queue_at_shutdown() {
-    let (db, gate, worker, ids) = a_batch_ahead();
+    let (db, gate, worker, ids) = a_batch_ahead(0);
     let running: Vec<i64> = {
         let mut client = db.client();
         ids.iter()

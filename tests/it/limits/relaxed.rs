@@ -1,0 +1,128 @@
+//! Limits that do not bind are claimed as if there were none (ahead of free threads, on
+//! two lanes); near the limit, carefully. Exactness never rests on that reckoning: the
+//! slot index decides every claim.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pgqueuer::{Entrypoint, NewJob, Queue, RunningWorker, Worker};
+
+use crate::harness::{TestDb, eventually, scalar};
+use crate::worker::Overlap;
+
+/// A worker of `threads` threads claiming batches of `batch` on two lanes (its pool has
+/// room for the second), whose `flow` handlers run inside `sweep`: 0 to 3 ms in a lull,
+/// 25 to 28 ms in a burst, long enough for 16 threads to press on the limit.
+fn flowing(
+    db: &TestDb,
+    limit: u32,
+    threads: usize,
+    batch: usize,
+    sweep: &Overlap,
+    seen: &Arc<Mutex<HashSet<i64>>>,
+) -> RunningWorker {
+    let (sweep, seen) = (sweep.clone(), seen.clone());
+    Worker::builder(db.pool(6))
+        .threads(threads)
+        .batch_size(batch)
+        .entrypoint(
+            Entrypoint::new("flow").concurrency_limit(limit),
+            move |job, _ctx| {
+                assert!(
+                    seen.lock().unwrap().insert(job.id),
+                    "job {} ran twice",
+                    job.id
+                );
+                let mut run = Duration::from_micros(job.id as u64 % 3_000);
+                if job.payload.as_deref() != Some(b"lull".as_slice()) {
+                    run += Duration::from_millis(25);
+                }
+                sweep.during(|| std::thread::sleep(run));
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap()
+        .start()
+        .unwrap()
+}
+
+/// Two workers of 8 threads, each with two claim lanes, at a limit of 12, with jobs
+/// flowing in bursts: between bursts the limit is far from binding and they claim
+/// relaxed (ahead, on both lanes), in a burst their 16 threads would take more than 12
+/// slots. Across every switch, the handlers running at once never exceed the limit, no
+/// slot outside `0..12` is ever taken, and every job runs once.
+#[test]
+fn two_lanes_and_two_workers_at_a_limit_about_to_bind_never_exceed_it() {
+    const LIMIT: u32 = 12;
+    let db = TestDb::new();
+    let sweep = Overlap::default();
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let workers = [
+        flowing(&db, LIMIT, 8, 1, &sweep, &seen),
+        flowing(&db, LIMIT, 8, 1, &sweep, &seen),
+    ];
+    // Every slot any claim takes, recorded by a trigger in the claim's own transaction.
+    db.client()
+        .batch_execute(
+            "CREATE TABLE slots_taken (slot bigint NOT NULL);
+             CREATE FUNCTION record_slot() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO slots_taken VALUES (NEW.slot); RETURN NEW; END $$;
+             CREATE TRIGGER record_slot AFTER UPDATE OF slot ON pgqueuer
+             FOR EACH ROW WHEN (NEW.slot IS NOT NULL) EXECUTE FUNCTION record_slot();",
+        )
+        .unwrap();
+    let queue = Queue::new(db.pool(2));
+    let mut ids = Vec::new();
+    for burst in 0..30 {
+        // A lull of single jobs, then a burst of 40.
+        for _ in 0..5 {
+            ids.push(queue.enqueue(NewJob::new("flow", "lull")).unwrap());
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        let jobs: Vec<NewJob> = (0..40)
+            .map(|i| NewJob::new("flow", format!("{burst}.{i}")))
+            .collect();
+        ids.extend(queue.enqueue_many(&jobs).unwrap());
+    }
+    let statuses = queue.wait_for(&ids, Duration::from_secs(120)).unwrap();
+    assert_eq!(statuses.len(), ids.len());
+    let relaxed: u64 = workers.iter().map(|w| w.stats().relaxed_claims).sum();
+    let careful: u64 = workers.iter().map(|w| w.stats().claims).sum::<u64>() - relaxed;
+    for w in workers {
+        assert_eq!(w.join().unwrap().failed, 0);
+    }
+    let (lowest, highest): (Option<i64>, Option<i64>) = {
+        let row = db
+            .client()
+            .query_one("SELECT min(slot), max(slot) FROM slots_taken", &[])
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    eprintln!(
+        "relaxed claims {relaxed}, careful {careful}, peak {} of {LIMIT}, slots {lowest:?}..{highest:?}",
+        sweep.peak()
+    );
+    assert!(
+        sweep.peak() <= LIMIT as usize,
+        "{} handlers at once",
+        sweep.peak()
+    );
+    assert!(
+        lowest >= Some(0) && highest < Some(i64::from(LIMIT)),
+        "slots {lowest:?}..{highest:?} taken under a limit of {LIMIT}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), ids.len());
+    // Both ways of claiming were exercised, and the limit bound in the bursts.
+    assert!(relaxed > 0, "no claim was made relaxed");
+    assert!(careful > 0, "no claim was made carefully");
+    assert!(
+        sweep.peak() >= 8,
+        "the bursts never filled the limit: peak {}",
+        sweep.peak()
+    );
+    eventually(Duration::from_secs(10), "the queue to empty", || {
+        scalar::<i64>(&mut db.client(), "SELECT count(*) FROM pgqueuer") == 0
+    });
+}
