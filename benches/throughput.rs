@@ -254,12 +254,19 @@ fn flow_on(
 ) -> (f64, u64, String) {
     let pool = pool.clone();
     db.reset(&pool);
+    // The commit counter is read on a direct connection of its own: the worker keeps a
+    // connection per lane, the completer's and the heartbeat's, and the producers keep
+    // theirs, so the shared pool may have none to spare for the meter.
+    let meter = db.pool(1);
     let counter = Arc::new(AtomicU64::new(0));
     let running = worker(&pool, threads, batch, limit, &counter)
         .start()
         .unwrap();
     let stop = AtomicBool::new(false);
     let (rate, cpu) = std::thread::scope(|scope| {
+        // Should the measuring below panic, the producers stop, so that the scope can
+        // end and the panic be reported rather than the bench hang.
+        let _stop_producers = StopOnDrop(&stop);
         for _ in 0..producers {
             let queue = Queue::new(pool.clone());
             let stop = &stop;
@@ -275,11 +282,11 @@ fn flow_on(
             });
         }
         std::thread::sleep(Duration::from_secs(2));
-        let commits0 = db_commits(&pool);
+        let commits0 = db_commits(&meter);
         let (c0, t0, cpu0) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
         std::thread::sleep(window);
         let (c1, t1, cpu1) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
-        let commits = db_commits(&pool) - commits0;
+        let commits = db_commits(&meter) - commits0;
         stop.store(true, Ordering::Relaxed);
         let cpu = report_cpu("flow", cpu0, cpu1, c1 - c0);
         // Statistics reach pg_stat_database about once a second: roughly the window's.
@@ -297,6 +304,15 @@ fn flow_on(
         .unwrap()[0]
         .get(0);
     (rate, u64::try_from(backlog).unwrap_or(0), cpu)
+}
+
+/// Sets its flag when dropped, on a panic as on a normal end.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Transactions committed in the bench database so far (flushed to the statistics about
