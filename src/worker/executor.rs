@@ -118,7 +118,8 @@ impl Executor<'_> {
             }
             Verdict::Release => {
                 log::debug!(
-                    "job {} ({}) not started before shutdown; giving it back to the queue",
+                    "job {} ({}) not started before shutdown or a cancellation; giving it \
+                     back to the queue if it is still this worker's",
                     job.id,
                     job.entrypoint
                 );
@@ -133,7 +134,11 @@ impl Executor<'_> {
         let canceled = || Verdict::End(Status::Canceled, None);
         let stop = self.ledger.stop_of(job.id).unwrap_or_default();
         if stop.is_cancelled() {
-            return canceled();
+            // Not started, and its row gone or another worker's: `cancel` deleted the row
+            // and logged `canceled` itself, and another owner runs it. Giving it back
+            // changes nothing in either case, and should the row be this worker's after
+            // all, it goes back to the queue rather than be deleted unrun.
+            return Verdict::Release;
         }
         if self.shutdown.is_shutdown() {
             // Claimed ahead (or just before the shutdown request) and not started: no

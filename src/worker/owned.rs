@@ -28,6 +28,12 @@ impl Stop {
         self.0.fetch_or(Self::CANCELLED, Ordering::SeqCst);
     }
 
+    /// The job's row is this worker's again (re-picked by its own claim after another
+    /// worker had taken it): the cancellation that taking set no longer holds.
+    pub(crate) fn reinstate(&self) {
+        self.0.fetch_and(!Self::CANCELLED, Ordering::SeqCst);
+    }
+
     /// The worker's shutdown deadline passed while the handler ran.
     pub(crate) fn shut_down(&self) {
         self.0.fetch_or(Self::SHUTDOWN, Ordering::SeqCst);
@@ -90,13 +96,17 @@ impl Owned {
     /// as a stale re-pick (its heartbeat lagged past the timeout while its handler ran,
     /// and the claim statement re-picks stale rows of any worker, this one included, as
     /// PgQueuer's does). Its running handler keeps it: running it a second time beside
-    /// the first would break the limits and the handler's own assumptions.
+    /// the first would break the limits and the handler's own assumptions. The row is
+    /// this worker's again, so a cancellation set when another worker had re-picked it
+    /// in between (a heartbeat found the row not ours) is lifted: otherwise the job would
+    /// be written `canceled`, its row deleted, although nobody cancelled it.
     pub(crate) fn add(&self, jobs: Vec<Job>, index: impl Fn(&str) -> usize) -> Vec<Job> {
         let mut map = self.map();
         let mut fresh = Vec::with_capacity(jobs.len());
         for job in jobs {
             match map.entry(job.id) {
-                std::collections::hash_map::Entry::Occupied(_) => {
+                std::collections::hash_map::Entry::Occupied(owned) => {
+                    owned.get().stop.reinstate();
                     log::warn!(
                         "pgqueuer: job {} ({}) was re-picked as stale while this worker still \
                          owns it (its heartbeat lagged past heartbeat_timeout); it stays with \
