@@ -338,11 +338,12 @@ fn run(dsn: &str, config: &Config, chaos_for: Duration) -> Result<bool, String> 
                     )
                     .map_err(|e| format!("{e:?}"))?
                     .get(0);
-                let names: &[&str] = if limited_backlog < LIMITED_BACKLOG {
-                    &["limited", "free", "held"]
-                } else {
-                    &["free", "held"]
-                };
+                let names: Vec<&str> = ENTRYPOINTS
+                    .iter()
+                    .map(|(name, limit, _, _)| (*name, *limit))
+                    .filter(|(_, limit)| *limit == 0 || limited_backlog < LIMITED_BACKLOG)
+                    .map(|(name, _)| name)
+                    .collect();
                 let jobs: Vec<NewJob> = (0..30)
                     .map(|i| NewJob::new(names[(enqueued + i) % names.len()], Vec::new()))
                     .collect();
