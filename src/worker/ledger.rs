@@ -24,7 +24,7 @@ use crossbeam_channel::Receiver;
 
 use super::handoff::Handoff;
 use super::outcomes::{Outcomes, Requeue};
-use super::owned::{Owned, Stop};
+use super::owned::{Held, Owned, Stop};
 use super::room::Room;
 use crate::claim::Outcome;
 use crate::job::{Job, JobId};
@@ -211,9 +211,23 @@ impl Ledger {
 
     // Reading the owned jobs.
 
-    /// Every owned job, for the heartbeat: from its claim until its outcome is written.
+    /// Every owned job: from its claim until its outcome is written.
+    #[cfg(test)]
     pub(crate) fn owned_ids(&self) -> Vec<JobId> {
         self.owned.ids()
+    }
+
+    /// Every owned job with the claim that took it last, for the heartbeat: what it
+    /// finds lost is cancelled through [`Ledger::cancel_lost`].
+    pub(crate) fn held(&self) -> Vec<Held> {
+        self.owned.held()
+    }
+
+    /// Stops as cancelled the handlers of the jobs among `held` whose rows a heartbeat
+    /// found gone or not ours, unless a claim of this worker has re-picked them since
+    /// (see `Owned::cancel_unclaimed`); returns how many.
+    pub(crate) fn cancel_lost(&self, held: &[Held]) -> usize {
+        self.owned.cancel_unclaimed(held)
     }
 
     /// How many jobs are owned.
@@ -334,6 +348,24 @@ mod tests {
         assert!(ledger.claimed(vec![test_job(7)], |_| 0).is_empty());
         assert!(!stop.is_cancelled(), "the re-pick lifts the cancellation");
         assert_eq!(ledger.owned(), 1);
+    }
+
+    /// A heartbeat that read a row as not ours before this worker's re-pick of it
+    /// committed cancels nothing once that re-pick is in the ledger; without a re-pick in
+    /// between, what it found lost is cancelled.
+    #[test]
+    fn a_heartbeat_older_than_a_re_pick_cancels_nothing() {
+        let ledger = Ledger::new(2, 0, true, false);
+        assert_eq!(ledger.reserve(2), 2);
+        ledger.claimed(vec![test_job(7), test_job(8)], |_| 0);
+        let beat = ledger.held();
+        assert!(ledger.claimed(vec![test_job(7)], |_| 0).is_empty());
+        assert_eq!(ledger.cancel_lost(&beat), 1, "only job 8 is cancelled");
+        assert!(!ledger.stop_of(7).expect("owned").is_cancelled());
+        assert!(ledger.stop_of(8).expect("owned").is_cancelled());
+        let next = ledger.held();
+        assert_eq!(ledger.cancel_lost(&next), 2, "a later beat's finding holds");
+        assert!(ledger.stop_of(7).expect("owned").is_cancelled());
     }
 
     /// Ends a claim took along are written by it, or come back for the completer.

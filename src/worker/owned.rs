@@ -80,10 +80,20 @@ impl Stop {
 #[derive(Default)]
 pub(crate) struct Owned(Mutex<HashMap<JobId, Entry>>);
 
-/// An owned job: its stop flag, and its entrypoint's position in registration order.
+/// An owned job: its stop flag, its entrypoint's position in registration order, and
+/// how many times this worker's claims have taken it since it was first owned.
 struct Entry {
     stop: Arc<Stop>,
     entrypoint: usize,
+    claims: u32,
+}
+
+/// An owned job as the heartbeat saw it before its statement: the id, and which of this
+/// worker's claims of it was the latest then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) id: JobId,
+    claim: u32,
 }
 
 impl Owned {
@@ -105,8 +115,10 @@ impl Owned {
         let mut fresh = Vec::with_capacity(jobs.len());
         for job in jobs {
             match map.entry(job.id) {
-                std::collections::hash_map::Entry::Occupied(owned) => {
-                    owned.get().stop.reinstate();
+                std::collections::hash_map::Entry::Occupied(mut owned) => {
+                    let entry = owned.get_mut();
+                    entry.claims = entry.claims.wrapping_add(1);
+                    entry.stop.reinstate();
                     log::warn!(
                         "pgqueuer: job {} ({}) was re-picked as stale while this worker still \
                          owns it (its heartbeat lagged past heartbeat_timeout); it stays with \
@@ -119,6 +131,7 @@ impl Owned {
                     vacant.insert(Entry {
                         stop: Arc::new(Stop::default()),
                         entrypoint: index(&job.entrypoint),
+                        claims: 0,
                     });
                     fresh.push(job);
                 }
@@ -166,6 +179,30 @@ impl Owned {
             .count()
     }
 
+    /// Cancels the jobs among `held` that no claim of this worker has taken again since
+    /// `held` was read; returns how many. A heartbeat that found a row not ours read the
+    /// row before a re-pick of ours committed: cancelling now would undo the re-pick's
+    /// reinstatement, and a handler that stopped on it would have its job written
+    /// `canceled` and deleted although the row is ours and nobody cancelled it.
+    pub(crate) fn cancel_unclaimed(&self, held: &[Held]) -> usize {
+        let map = self.map();
+        held.iter()
+            .filter_map(|h| map.get(&h.id).filter(|entry| entry.claims == h.claim))
+            .map(|entry| entry.stop.cancel())
+            .count()
+    }
+
+    /// Every owned job with its latest claim, for [`Owned::cancel_unclaimed`].
+    pub(crate) fn held(&self) -> Vec<Held> {
+        self.map()
+            .iter()
+            .map(|(&id, entry)| Held {
+                id,
+                claim: entry.claims,
+            })
+            .collect()
+    }
+
     /// Tells every owned job's handler that the shutdown deadline has passed; returns
     /// how many jobs are owned.
     pub(crate) fn shut_down_all(&self) -> usize {
@@ -185,6 +222,7 @@ impl Owned {
             .collect()
     }
 
+    #[cfg(test)]
     pub(crate) fn ids(&self) -> Vec<JobId> {
         self.map().keys().copied().collect()
     }
