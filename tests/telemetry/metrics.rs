@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -82,6 +82,7 @@ const EXPECTED: [(&str, [u64; 6]); 5] = [
 /// its exact value, every histogram one sample per run, and the snapshot agrees.
 #[test]
 fn the_recorder_counts_a_known_workload_exactly() {
+    crate::harness::init_logging();
     let db = TestDb::new();
     let pool = db.pool(5);
     let queue = Queue::new(pool.clone());
@@ -165,10 +166,34 @@ fn the_recorder_counts_a_known_workload_exactly() {
             }],
         )
         .unwrap();
-    eventually(Duration::from_secs(20), "every job ends", || {
+    let ends_by = Instant::now() + Duration::from_secs(20);
+    loop {
         let s = stats.snapshot();
-        s.jobs.succeeded == 6 && s.jobs.failed == 2
-    });
+        if s.jobs.succeeded == 6 && s.jobs.failed == 2 {
+            break;
+        }
+        // On a timeout, say which jobs are left and where.
+        assert!(
+            Instant::now() < ends_by,
+            "timed out after 20 s waiting for every job to end: {:?}; rows left: {:?}",
+            s.jobs,
+            setup
+                .query(
+                    "SELECT id, entrypoint, status::text, slot, queue_manager_id IS NOT NULL, \
+                     (EXTRACT(EPOCH FROM execute_after - NOW()) * 1000)::int8 FROM pgqueuer",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let row: (i64, String, String, Option<i64>, bool, i64) =
+                        (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+                    row
+                })
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     running.shutdown_handle().shutdown();
     running.join().unwrap();
     // Read after the join, as the recorder is: a claim made between a snapshot taken
