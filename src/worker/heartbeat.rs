@@ -60,8 +60,8 @@ pub(crate) fn run(
             continue;
         }
         next_beat = now + interval;
-        let held = ledger.held();
-        if held.is_empty() {
+        let owned = ledger.ownerships();
+        if owned.is_empty() {
             continue;
         }
         // The probe first: the beat's statement waits on a silent connection until the
@@ -69,7 +69,7 @@ pub(crate) fn run(
         // timeout, while a probe gives up within `probe`. A row another session keeps
         // locked is retried for a moment only, and left for the next beat.
         let probe = crate::connect::PROBE_TIMEOUT.min(interval / 2);
-        let ids: Vec<_> = held.iter().map(|h| h.id).collect();
+        let ids: Vec<_> = owned.iter().map(|h| h.id).collect();
         let beat = conn.run(|c| {
             c.client().is_valid(probe)?;
             config.claimer.heartbeat_within(c, &ids, LOCKED_WAIT)
@@ -84,9 +84,9 @@ pub(crate) fn run(
                 // An owned job whose row is gone or no longer ours was cancelled (or
                 // re-picked after this worker was presumed dead): its handler should
                 // stop. This also reaches handlers when no NOTIFY can (no LISTEN).
-                // A job this worker re-picked after `held` was read is ours again and
+                // A job this worker re-picked after `owned` was read is ours again and
                 // is not cancelled (`Ledger::cancel_lost`).
-                let lost: Vec<_> = held
+                let lost: Vec<_> = owned
                     .iter()
                     .filter(|h| !refreshed.contains(&h.id) && !locked.contains(&h.id))
                     .copied()

@@ -24,7 +24,7 @@ use crossbeam_channel::Receiver;
 
 use super::handoff::Handoff;
 use super::outcomes::{Outcomes, Requeue};
-use super::owned::{Held, Owned, Stop};
+use super::owned::{Owned, Ownership, Stop};
 use super::room::Room;
 use crate::claim::Outcome;
 use crate::job::{Job, JobId};
@@ -219,15 +219,15 @@ impl Ledger {
 
     /// Every owned job with the claim that took it last, for the heartbeat: what it
     /// finds lost is cancelled through [`Ledger::cancel_lost`].
-    pub(crate) fn held(&self) -> Vec<Held> {
-        self.owned.held()
+    pub(crate) fn ownerships(&self) -> Vec<Ownership> {
+        self.owned.ownerships()
     }
 
-    /// Stops as cancelled the handlers of the jobs among `held` whose rows a heartbeat
+    /// Stops as cancelled the handlers of the jobs among `seen` whose rows a heartbeat
     /// found gone or not ours, unless a claim of this worker has re-picked them since
     /// (see `Owned::cancel_unclaimed`); returns how many.
-    pub(crate) fn cancel_lost(&self, held: &[Held]) -> usize {
-        self.owned.cancel_unclaimed(held)
+    pub(crate) fn cancel_lost(&self, seen: &[Ownership]) -> usize {
+        self.owned.cancel_unclaimed(seen)
     }
 
     /// How many jobs are owned.
@@ -358,12 +358,12 @@ mod tests {
         let ledger = Ledger::new(2, 0, true, false);
         assert_eq!(ledger.reserve(2), 2);
         ledger.claimed(vec![test_job(7), test_job(8)], |_| 0);
-        let beat = ledger.held();
+        let beat = ledger.ownerships();
         assert!(ledger.claimed(vec![test_job(7)], |_| 0).is_empty());
         assert_eq!(ledger.cancel_lost(&beat), 1, "only job 8 is cancelled");
         assert!(!ledger.stop_of(7).expect("owned").is_cancelled());
         assert!(ledger.stop_of(8).expect("owned").is_cancelled());
-        let next = ledger.held();
+        let next = ledger.ownerships();
         assert_eq!(ledger.cancel_lost(&next), 2, "a later beat's finding holds");
         assert!(ledger.stop_of(7).expect("owned").is_cancelled());
     }

@@ -91,7 +91,7 @@ struct Entry {
 /// An owned job as the heartbeat saw it before its statement: the id, and which of this
 /// worker's claims of it was the latest then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Held {
+pub(crate) struct Ownership {
     pub(crate) id: JobId,
     claim: u32,
 }
@@ -179,24 +179,24 @@ impl Owned {
             .count()
     }
 
-    /// Cancels the jobs among `held` that no claim of this worker has taken again since
-    /// `held` was read; returns how many. A heartbeat that found a row not ours read the
+    /// Cancels the jobs among `seen` that no claim of this worker has taken again since
+    /// `seen` was read; returns how many. A heartbeat that found a row not ours read the
     /// row before a re-pick of ours committed: cancelling now would undo the re-pick's
     /// reinstatement, and a handler that stopped on it would have its job written
     /// `canceled` and deleted although the row is ours and nobody cancelled it.
-    pub(crate) fn cancel_unclaimed(&self, held: &[Held]) -> usize {
+    pub(crate) fn cancel_unclaimed(&self, seen: &[Ownership]) -> usize {
         let map = self.map();
-        held.iter()
+        seen.iter()
             .filter_map(|h| map.get(&h.id).filter(|entry| entry.claims == h.claim))
             .map(|entry| entry.stop.cancel())
             .count()
     }
 
     /// Every owned job with its latest claim, for [`Owned::cancel_unclaimed`].
-    pub(crate) fn held(&self) -> Vec<Held> {
+    pub(crate) fn ownerships(&self) -> Vec<Ownership> {
         self.map()
             .iter()
-            .map(|(&id, entry)| Held {
+            .map(|(&id, entry)| Ownership {
                 id,
                 claim: entry.claims,
             })
