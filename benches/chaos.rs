@@ -340,9 +340,8 @@ fn run(dsn: &str, config: &Config, chaos_for: Duration) -> Result<bool, String> 
                     .get(0);
                 let names: Vec<&str> = ENTRYPOINTS
                     .iter()
-                    .map(|(name, limit, _, _)| (*name, *limit))
-                    .filter(|(_, limit)| *limit == 0 || limited_backlog < LIMITED_BACKLOG)
-                    .map(|(name, _)| name)
+                    .filter(|(_, limit, _, _)| *limit == 0 || limited_backlog < LIMITED_BACKLOG)
+                    .map(|(name, _, _, _)| *name)
                     .collect();
                 let jobs: Vec<NewJob> = (0..30)
                     .map(|i| NewJob::new(names[(enqueued + i) % names.len()], Vec::new()))

@@ -716,12 +716,25 @@ pub fn scalar<T: for<'a> FromSql<'a>>(client: &mut Client, sql: &str) -> T {
 /// Polls `f` every 20 ms until it is true, failing the test after `limit`; returns how
 /// long it took.
 #[track_caller]
-pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+pub fn eventually(limit: Duration, what: &str, f: impl FnMut() -> bool) -> Duration {
+    eventually_explained(limit, what, f, String::new)
+}
+
+/// [`eventually`], whose failure message adds what `explain` says of the state then (what
+/// is left, and where), for waits whose timeout alone would not tell why.
+#[track_caller]
+pub fn eventually_explained(
+    limit: Duration,
+    what: &str,
+    mut f: impl FnMut() -> bool,
+    mut explain: impl FnMut() -> String,
+) -> Duration {
     let started = Instant::now();
     while !f() {
         assert!(
             started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
+            "timed out after {limit:?} waiting for {what}{}",
+            explain()
         );
         std::thread::sleep(Duration::from_millis(20));
     }

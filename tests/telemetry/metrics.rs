@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -14,7 +14,7 @@ use pgqueuer::{
     WorkerStats,
 };
 
-use crate::harness::{TestDb, eventually, scalar};
+use crate::harness::{TestDb, eventually, eventually_explained, scalar};
 
 /// One metric as the recorder saw it: its kind, name and sorted labels.
 type Key = (MetricKind, String, Vec<(String, String)>);
@@ -166,18 +166,16 @@ fn the_recorder_counts_a_known_workload_exactly() {
             }],
         )
         .unwrap();
-    let ends_by = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = stats.snapshot();
-        if s.jobs.succeeded == 6 && s.jobs.failed == 2 {
-            break;
-        }
-        // On a timeout, say which jobs are left and where.
-        assert!(
-            Instant::now() < ends_by,
-            "timed out after 20 s waiting for every job to end: {:?}; rows left: {:?}",
-            s.jobs,
-            setup
+    eventually_explained(
+        Duration::from_secs(20),
+        "every job to end",
+        || {
+            let s = stats.snapshot();
+            s.jobs.succeeded == 6 && s.jobs.failed == 2
+        },
+        // Which jobs are left, and where.
+        || {
+            let rows: Vec<(i64, String, String, Option<i64>, bool, i64)> = setup
                 .query(
                     "SELECT id, entrypoint, status::text, slot, queue_manager_id IS NOT NULL, \
                      (EXTRACT(EPOCH FROM execute_after - NOW()) * 1000)::int8 FROM pgqueuer",
@@ -185,15 +183,11 @@ fn the_recorder_counts_a_known_workload_exactly() {
                 )
                 .unwrap()
                 .iter()
-                .map(|r| {
-                    let row: (i64, String, String, Option<i64>, bool, i64) =
-                        (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
-                    row
-                })
-                .collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+                .collect();
+            format!(": {:?}; rows left: {rows:?}", stats.snapshot().jobs)
+        },
+    );
     running.shutdown_handle().shutdown();
     running.join().unwrap();
     // Read after the join, as the recorder is: a claim made between a snapshot taken
