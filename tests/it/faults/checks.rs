@@ -112,6 +112,38 @@ pub fn successful(outcomes: &BTreeMap<String, i64>) -> usize {
     usize::try_from(outcomes.get("successful").copied().unwrap_or(0)).unwrap()
 }
 
+/// Every job recorded (`pgqueuer_example_runs`) more than once, a line per run with its
+/// process, start and end, and the job's log rows: what a "ran twice" failure needs to
+/// tell a re-pick (two processes, or one process twice) from a record written twice (the
+/// same process and start).
+pub fn runs_twice(client: &mut Client) -> String {
+    let rows = client
+        .query(
+            "SELECT r.job_id, r.pid, r.started::text, r.finished::text, \
+                    coalesce((SELECT string_agg(l.status::text || ' ' || l.created::text, ', ' \
+                                                ORDER BY l.created) \
+                              FROM pgqueuer_log l WHERE l.job_id = r.job_id), '') \
+             FROM pgqueuer_example_runs r \
+             WHERE r.job_id IN (SELECT job_id FROM pgqueuer_example_runs GROUP BY job_id \
+                                HAVING count(*) > 1) \
+             ORDER BY r.job_id, r.started LIMIT 60",
+            &[],
+        )
+        .unwrap();
+    rows.iter()
+        .map(|r| {
+            format!(
+                "job {} pid {} ran {} to {}; log: {}\n",
+                r.get::<_, i64>(0),
+                r.get::<_, i32>(1),
+                r.get::<_, String>(2),
+                r.get::<_, String>(3),
+                r.get::<_, String>(4)
+            )
+        })
+        .collect()
+}
+
 /// The most recorded runs (`pgqueuer_example_runs`) of each entrypoint that overlapped
 /// in time. A run ending exactly when another starts does not overlap it. A run is
 /// (job, process, start): should a record be written twice (its first commit's answer
