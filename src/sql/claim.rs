@@ -192,8 +192,11 @@ pub(crate) fn queue_claim(
              AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
              WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot{not_ended}\n      )\n)"
         ));
+        // MATERIALIZED, so that it is computed once: inlined, it became the inner side of
+        // a nested loop over the eligible rows (worker sessions plan with sorts off), and
+        // its window functions ran again for every row (docs/benchmarks.md has the cost).
         ctes.push(
-            "slot_assignments AS (\n    SELECT r.id, f.slot FROM (\n        \
+            "slot_assignments AS MATERIALIZED (\n    SELECT r.id, f.slot FROM (\n        \
              SELECT id, entrypoint, ROW_NUMBER() OVER (PARTITION BY entrypoint ORDER BY priority DESC, id ASC) AS rank\n        \
              FROM eligible WHERE fresh\n    ) r\n    \
              JOIN free_slots f ON f.entrypoint = r.entrypoint AND f.rank = r.rank\n)"
