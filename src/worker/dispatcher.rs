@@ -318,7 +318,7 @@ impl<'a> Dispatcher<'a> {
         // A partial batch took everything due as of its snapshot (unless slots or locked
         // rows were what it lacked): until something changes, another claim would find
         // nothing. Deferred jobs are looked for again after the shortest idle wait.
-        if n < take && !claim.lost_race() && !self.config.claimer.is_capacity_gated() {
+        if n < take && !claim.lost_race() && !self.binding() {
             lead.quiet_until = Some(Instant::now() + MIN_POLL);
         }
         let mut jobs = self.hold(claim.jobs);
@@ -348,12 +348,12 @@ impl<'a> Dispatcher<'a> {
             std::thread::sleep(lead.rng.duration(Duration::from_micros(500)));
             return Step::Again;
         }
-        let gated = config.claimer.is_capacity_gated();
+        let binding = self.binding();
         let arrived = self.doorbell.is_pending(Wake::Changed);
         if self.doorbell.is_pending(Wake::Resync)
             || self.doorbell.is_pending(Wake::Freed)
             || self.doorbell.is_pending(Wake::LimitsChanged)
-            || (arrived && !gated)
+            || (arrived && !binding)
         {
             // Jobs may have arrived, slots come free or limits changed after this
             // claim's snapshot.
@@ -374,7 +374,7 @@ impl<'a> Dispatcher<'a> {
             },
         };
         let next_due = next.queued;
-        if gated {
+        if binding {
             // Due jobs that the claim did not take wait for slots: new jobs would not
             // change that. Otherwise they might.
             lead.limit_full = next_due == Some(Duration::ZERO);
@@ -409,6 +409,15 @@ impl<'a> Dispatcher<'a> {
         }
         lead.quiet_until = Some(Instant::now() + wait);
         Step::Again
+    }
+
+    /// Whether a limit may bind: this worker declares limits and the last claim did not
+    /// find every one far from full. While none binds, a claim that took less than it
+    /// asked for or nothing at all means what it means without limits (nothing more was
+    /// due as of its snapshot), not that slots ran out: the lanes keep the same quiet
+    /// spells, and new jobs are worth a claim at once.
+    fn binding(&self) -> bool {
+        self.config.claimer.is_capacity_gated() && !self.relaxed.load(Ordering::SeqCst)
     }
 
     /// At shutdown: the claimed jobs still waiting for a thread go back to the queue now
