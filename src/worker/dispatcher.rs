@@ -381,6 +381,9 @@ impl<'a> Dispatcher<'a> {
             if !lead.limit_full && arrived {
                 return Step::Again;
             }
+        } else {
+            // Set while a limit bound, it would keep new jobs from ending the quiet spell.
+            lead.limit_full = false;
         }
         if self.drain && next_due.is_none() {
             if self.ledger.owned() == 0 && self.ledger.waiting() == 0 {
