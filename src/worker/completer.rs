@@ -119,8 +119,9 @@ impl Completer<'_> {
             for chunk in ends.chunks(MAX_BATCH) {
                 writer.ends(chunk);
             }
+            let mut requeued = false;
             for requeue in requeues {
-                writer.requeue(requeue);
+                requeued |= writer.requeue(requeue);
             }
             if !releases.is_empty() {
                 writer.releases(releases);
@@ -128,6 +129,13 @@ impl Completer<'_> {
             if wrote {
                 // Slots are free now, before the NOTIFY of the deletion comes round.
                 self.doorbell.ring_if_wanted(Wake::Written);
+            }
+            if requeued {
+                // A retried job is queued again, perhaps due before the dispatcher's quiet
+                // spell ends, and nothing else says so: the trigger fires per statement,
+                // where `OLD IS DISTINCT FROM NEW` is never true, so no UPDATE is
+                // announced.
+                self.doorbell.ring(Wake::Changed);
             }
             let left = !outcomes.is_empty();
             if !left {
@@ -284,7 +292,8 @@ impl Writer<'_> {
         }
     }
 
-    fn requeue(&mut self, r: Requeue) {
+    /// Writes a retry; true when the job is queued again.
+    fn requeue(&mut self, r: Requeue) -> bool {
         let attempt = self.attempt("a retry", |claimer, c| {
             claimer.retry_within(c, r.id, r.delay, &r.traceback, LOCKED_RETRY)
         });
@@ -299,6 +308,7 @@ impl Writer<'_> {
                     );
                 }
                 self.ledger.written([r.id]);
+                return owned;
             }
             Attempt::Done(None) => self.outcomes().hand_back(Vec::new(), vec![r], Vec::new()),
             Attempt::Refused(e) => {
@@ -318,6 +328,7 @@ impl Writer<'_> {
             }
             Attempt::GaveUp => self.ledger.written([r.id]),
         }
+        false
     }
 
     /// Gives unstarted jobs back to the queue, and tells every worker (an UPDATE sends

@@ -410,6 +410,11 @@ impl<'a> Dispatcher<'a> {
                 next_due.unwrap_or_default()
             );
         }
+        log::trace!(
+            "quiet for {wait:?} (next due {next_due:?}, stale {:?}, limit full {})",
+            next.stale,
+            lead.limit_full
+        );
         lead.quiet_until = Some(Instant::now() + wait);
         Step::Again
     }

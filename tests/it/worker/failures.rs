@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgqueuer::{Entrypoint, NewJob, OnFailure, Queue, Retry, RetryPolicy, Status, Worker};
 
-use crate::harness::{TestDb, eventually, log_of};
+use crate::harness::{TestDb, eventually, log_of, scalar};
 
 /// A worker of two threads (200 ms dequeue timeout) with the one entrypoint `add`
 /// configures, started.
@@ -129,6 +129,74 @@ fn a_handler_asking_for_a_retry_runs_again() {
         log_of(&mut client, asked),
         ["queued", "picked", "queued", "picked", "successful"]
     );
+    worker.join().unwrap();
+}
+
+/// A retry wakes its own worker's dispatcher: an UPDATE sends no notification, so a
+/// worker idle in a long quiet spell (60 s dequeue timeout, nothing else queued) would
+/// otherwise leave its retried job queued and due until the spell ends. The handler
+/// fails only once the dispatcher has looked for the next due job and found none (its
+/// last statement, idle on its connection), so the retry comes in the middle of the
+/// spell; the job must run again within seconds.
+#[test]
+fn a_retry_ends_the_quiet_spell_of_an_idle_worker() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let flaky = queue.enqueue(NewJob::new("flaky", Vec::new())).unwrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<i32>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let worker = Worker::builder(pool.clone())
+        .threads(2)
+        .dequeue_timeout(Duration::from_secs(60))
+        .entrypoint(
+            Entrypoint::new("flaky").retry(
+                RetryPolicy::exponential(3, Duration::from_millis(10), Duration::from_millis(10))
+                    .jitter(0.0),
+            ),
+            move |job, _ctx| {
+                started_tx.send(job.attempts).unwrap();
+                if job.attempts == 0 {
+                    go_rx.lock().unwrap().recv().unwrap();
+                    return Err("first run fails".into());
+                }
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    let first = started_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(first, 0);
+    eventually(
+        Duration::from_secs(30),
+        "the dispatcher to look for the next due job while the first run holds it",
+        || {
+            scalar::<i64>(
+                &mut client,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND state = 'idle' AND query LIKE '%queued_us%'",
+            ) >= 1
+        },
+    );
+    let failed_at = Instant::now();
+    go_tx.send(()).unwrap();
+    let again = started_rx
+        .recv_timeout(Duration::from_secs(15))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the retried job did not run again within 15 s of its failure (log: {:?})",
+                log_of(&mut client, flaky)
+            )
+        });
+    assert_eq!(again, 1);
+    eprintln!("ran again {:?} after the failure", failed_at.elapsed());
+    eventually(Duration::from_secs(10), "the retry to succeed", || {
+        log_of(&mut client, flaky).last().map(String::as_str) == Some("successful")
+    });
     worker.join().unwrap();
 }
 
