@@ -148,10 +148,9 @@ fn a_retry_ends_the_quiet_spell_of_an_idle_worker() {
     let (started_tx, started_rx) = std::sync::mpsc::channel::<i32>();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let go_rx = std::sync::Mutex::new(go_rx);
-    let worker = Worker::builder(pool.clone())
-        .threads(2)
-        .dequeue_timeout(Duration::from_secs(60))
-        .entrypoint(
+    let worker = start_worker(&pool, |builder| {
+        // A quiet spell far longer than the test waits, in place of the usual 200 ms.
+        builder.dequeue_timeout(Duration::from_secs(60)).entrypoint(
             Entrypoint::new("flaky").retry(
                 RetryPolicy::exponential(3, Duration::from_millis(10), Duration::from_millis(10))
                     .jitter(0.0),
@@ -165,10 +164,7 @@ fn a_retry_ends_the_quiet_spell_of_an_idle_worker() {
                 Ok(())
             },
         )
-        .build()
-        .unwrap()
-        .start()
-        .unwrap();
+    });
     let first = started_rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert_eq!(first, 0);
     eventually(
