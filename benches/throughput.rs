@@ -900,13 +900,25 @@ fn main() {
             ..Default::default()
         };
         let through = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
+        // The same pool straight to PostgreSQL, statements unnamed as through the pooler:
+        // it splits the pooler's cost into parsing and planning every execution (this
+        // one) and the extra hop (the rest).
+        let unnamed =
+            pgqueuer::connect_with(&format!("{} sslmode=disable", db.dsn), &options).unwrap();
         let (direct_rate, _, _) = flow(&db, 16, 10, 1, 10, 0, window);
+        let (unnamed_rate, _, _) = flow_on(&unnamed, &db, 16, 10, 1, 10, 0, window);
         let (bouncer_rate, backlog, _) = flow_on(&through, &db, 16, 10, 1, 10, 0, window);
         record(
             "pgbouncer: direct (pgqueuer flow)".into(),
             direct_rate,
             "jobs/s",
             String::new(),
+        );
+        record(
+            "pgbouncer: direct, statements unnamed as through a pooler".into(),
+            unnamed_rate,
+            "jobs/s",
+            format!("{:.2}x direct", unnamed_rate / direct_rate),
         );
         record(
             "pgbouncer: transaction mode".into(),
@@ -921,6 +933,7 @@ fn main() {
             "same run".into(),
         );
         drop(through);
+        drop(unnamed);
         drop(bouncer);
     }
     if wants("memory") {
