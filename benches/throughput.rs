@@ -48,8 +48,10 @@
 //! - memory: peak RSS of this process (a 16-thread worker plus producers) after the runs.
 //! - tls: the 16-thread drain and PgQueuer's flow with `sslmode=require` against
 //!   `sslmode=disable` (every other shape's), alternately, and their ratios.
-//! - pgbouncer: PgQueuer's flow shape direct and through a real PgBouncer in transaction
-//!   mode (8 server connections; the worker listens directly), and their ratio. Needs
+//! - pgbouncer: PgQueuer's flow shape direct, direct with every statement unnamed (as
+//!   through a transaction pooler: the cost of planning each execution), and through a real
+//!   PgBouncer in transaction mode (8 server connections; the worker listens directly), and
+//!   the pooled / direct ratio. Needs
 //!   `pgbouncer` (installed with apt-get when missing and run as root;
 //!   `PGQUEUER_PGBOUNCER` names another).
 
