@@ -894,19 +894,19 @@ fn main() {
     if wants("pgbouncer") {
         let (host, port) = db.upstream();
         let bouncer = pgbouncer::PgBouncer::start(pgbouncer::Mode::Transaction, (&host, port), 8);
+        let direct_dsn = format!("{} sslmode=disable", db.dsn);
         let options = pgqueuer::ConnectOptions {
             max_size: 6,
             min_idle: 0,
             pooler: Pooler::Transaction,
-            listen_dsn: Some(format!("{} sslmode=disable", db.dsn)),
+            listen_dsn: Some(direct_dsn.clone()),
             ..Default::default()
         };
         let through = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
         // The same pool straight to PostgreSQL, statements unnamed as through the pooler:
         // it splits the pooler's cost into parsing and planning every execution (this
         // one) and the extra hop (the rest).
-        let unnamed =
-            pgqueuer::connect_with(&format!("{} sslmode=disable", db.dsn), &options).unwrap();
+        let unnamed = pgqueuer::connect_with(&direct_dsn, &options).unwrap();
         let (direct_rate, _, _) = flow(&db, 16, 10, 1, 10, 0, window);
         let (unnamed_rate, _, _) = flow_on(&unnamed, &db, 16, 10, 1, 10, 0, window);
         let (bouncer_rate, backlog, _) = flow_on(&through, &db, 16, 10, 1, 10, 0, window);
