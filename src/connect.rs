@@ -4,10 +4,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
+use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, Config, GenericClient, Row, Statement};
 
 use crate::error::{Error, Result, chain};
+use crate::sql::functions;
 use crate::tls::{Connector, TlsSettings};
 
 /// The connection pool every part of this crate takes.
@@ -54,8 +56,10 @@ pub enum Pooler {
     /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): consecutive
     /// transactions may run on different server connections, so nothing may outlive a
     /// transaction. Every statement runs unnamed with its declared parameter types, one
-    /// round trip each as before; no session setting is made; the upgrade lock is taken
-    /// per transaction. LISTEN cannot
+    /// round trip each as before: the per-job ones as calls of the statement functions
+    /// `upgrade()` creates, whose plans PostgreSQL keeps per server connection (without
+    /// them, as the statements themselves, planned on every execution); no session
+    /// setting is made; the upgrade lock is taken per transaction. LISTEN cannot
     /// work through such a pooler: the worker listens on `listen_dsn` when one is given
     /// and otherwise polls, saying so at start.
     Transaction,
@@ -86,11 +90,15 @@ impl Pooler {
 pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 /// The per-connection statement cache: prepared statements, unless a transaction pooler
-/// forbids names.
+/// forbids names; then, for each statement, the call of its statement function, if
+/// `upgrade()` made one (`sql/functions.rs`).
 #[derive(Default)]
 struct Statements {
     pooler: Pooler,
     prepared: HashMap<String, Statement>,
+    /// Through a transaction pooler: each statement run so far, with the call of its
+    /// function, or `None` to run it unnamed.
+    functions: HashMap<String, Option<String>>,
 }
 
 impl Statements {
@@ -120,9 +128,43 @@ impl Statements {
                 let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
                 Ok(client.query(&statement, &values)?)
             }
-            Pooler::Transaction => Ok(client.query_typed(sql, params)?),
+            Pooler::Transaction => {
+                if !self.functions.contains_key(sql) {
+                    let call = function_call(client, sql, params.len())?;
+                    self.functions.insert(sql.to_owned(), call);
+                }
+                let call = self.functions.get(sql).and_then(Option::as_deref);
+                match client.query_typed(call.unwrap_or(sql), params) {
+                    Ok(rows) => Ok(rows),
+                    Err(e) => {
+                        // Dropped since it was found (an uninstall): look again next time.
+                        if e.code() == Some(&SqlState::UNDEFINED_FUNCTION) {
+                            self.functions.remove(sql);
+                        }
+                        Err(e.into())
+                    }
+                }
+            }
         }
     }
+}
+
+/// The call of `sql`'s statement function, found by the end of its name, or `None` when
+/// the database has none (an `upgrade()` of an older release, or a prefix too long).
+fn function_call<C: GenericClient>(
+    client: &mut C,
+    sql: &str,
+    params: usize,
+) -> Result<Option<String>> {
+    let suffix = functions::suffix(sql);
+    let rows = client.query_typed(functions::FUNCTION_LOOKUP, &[(&suffix, Type::TEXT)])?;
+    let call = rows
+        .first()
+        .map(|row| functions::call(&row.get::<_, String>(0), params));
+    if call.is_none() {
+        log::debug!("no statement function {suffix}: running the statement unnamed");
+    }
+    Ok(call)
 }
 
 /// Runs a one-shot statement given as text through any client, unnamed with its

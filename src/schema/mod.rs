@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::sql;
 
+mod functions;
 mod plan;
 
 pub use plan::UpgradePlan;
@@ -66,10 +67,15 @@ pub struct UpgradeReport {
     /// The catalog facts that changed, each `+ fact` (now present) or `- fact` (gone), in
     /// the form of [`describe_schema`]. Empty when the schema was already up to date.
     pub changes: Vec<String>,
+    /// The statement functions this call created: functions of this crate's own, outside
+    /// PgQueuer's catalog, that connections through a transaction pooler run their per-job
+    /// statements with (see [`crate::Pooler::Transaction`]).
+    pub statement_functions: Vec<String>,
 }
 
 impl UpgradeReport {
-    /// True when the schema was already up to date.
+    /// True when PgQueuer's schema was already up to date (statement functions aside: a
+    /// database PgQueuer installed gets them from the first `upgrade()`).
     pub fn is_noop(&self) -> bool {
         self.changes.is_empty()
     }
@@ -77,6 +83,11 @@ impl UpgradeReport {
 
 /// The SQL that [`upgrade_with`] runs, one string per step, rendered for `settings`
 /// (for `pgq sql upgrade` and review). Each step must run as its own transaction.
+///
+/// It does not hold the statement functions [`upgrade_with`] makes last: their columns come
+/// from the server's description of each statement. A database installed from this script
+/// works the same, except that through a transaction pooler the per-job statements are
+/// planned on every execution until `upgrade()` runs once.
 ///
 /// # Errors
 /// [`Error::InvalidSetting`] when a name in `settings` is not acceptable.
@@ -104,6 +115,10 @@ pub fn upgrade(client: &mut Client) -> Result<UpgradeReport> {
 
 /// Installs the schema, or brings an existing one up to date, for `settings`.
 ///
+/// Last, it creates the statement functions that connections through a transaction
+/// pooler run their per-job statements with (see [`crate::Pooler::Transaction`]),
+/// functions of this crate's own that PgQueuer neither needs nor sees.
+///
 /// Safe to call from a startup hook of every process: it serializes on PgQueuer's upgrade
 /// advisory lock, changes nothing when the schema is current, keeps every row, and leaves
 /// rows picked before the capacity-slot column existed with `slot` NULL. Each step runs in
@@ -117,9 +132,13 @@ pub fn upgrade(client: &mut Client) -> Result<UpgradeReport> {
 pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeReport> {
     let steps = upgrade_sql(settings)?;
     let key = settings.upgrade_lock_key();
-    // The common case, a schema already current, costs one catalog read.
+    // The common case, a schema already current, costs two catalog reads.
     if plan::plan(client, settings)?.statements.is_empty() {
-        return Ok(UpgradeReport::default());
+        let statement_functions = functions::install(client, settings)?;
+        return Ok(UpgradeReport {
+            changes: Vec::new(),
+            statement_functions,
+        });
     }
     let mut changes = Vec::new();
     for step in &steps {
@@ -138,7 +157,11 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
         tx.commit()?;
         changes.extend(diff(&before, &after));
     }
-    let report = UpgradeReport { changes };
+    let statement_functions = functions::install(client, settings)?;
+    let report = UpgradeReport {
+        changes,
+        statement_functions,
+    };
     if !report.is_noop() {
         log::info!(
             "pgqueuer schema upgraded: {} catalog changes",

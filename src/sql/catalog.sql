@@ -50,6 +50,8 @@ SELECT line FROM (
     JOIN pg_namespace n ON n.oid = p.pronamespace
     JOIN pg_language l ON l.oid = p.prolang
     WHERE n.nspname = '{{schema}}'
+      -- not this crate's statement functions (sql/functions.rs): PgQueuer has none
+      AND p.proname !~ 'pgqueuer_rs_[0-9a-f]{16}$'
     UNION ALL
     SELECT 'trigger ' || pg_get_triggerdef(tg.oid)
     FROM pg_trigger tg JOIN rels c ON c.oid = tg.tgrelid

@@ -6,6 +6,7 @@
 use crate::settings::Settings;
 
 pub(crate) mod claim;
+pub(crate) mod functions;
 #[cfg(feature = "mcp")]
 pub(crate) mod mcp;
 pub(crate) mod ops;
@@ -155,11 +156,12 @@ pub(crate) fn catalog_1_6_0(s: &Settings, schema: &str) -> Vec<String> {
         .collect()
 }
 
-/// Drops every PgQueuer object (PgQueuer's `pgq uninstall`).
+/// Drops every PgQueuer object (PgQueuer's `pgq uninstall`), after this crate's statement
+/// functions.
 pub(crate) fn uninstall(s: &Settings) -> String {
     let q = |name: &str| s.qualify(name);
     format!(
-        "DROP TRIGGER IF EXISTS {trigger} ON {queue};\n\
+        "{functions}DROP TRIGGER IF EXISTS {trigger} ON {queue};\n\
          DROP FUNCTION IF EXISTS {function};\n\
          DROP TABLE IF EXISTS {queue};\n\
          DROP TABLE IF EXISTS {log};\n\
@@ -167,6 +169,7 @@ pub(crate) fn uninstall(s: &Settings) -> String {
          DROP TABLE IF EXISTS {statistics};\n\
          DROP TYPE IF EXISTS {status};\n\
          DROP TYPE IF EXISTS {statistics}_status;\n",
+        functions = functions::drop_all(s),
         trigger = s.trigger,
         queue = q(&s.queue_table),
         function = q(&s.function),

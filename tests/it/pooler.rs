@@ -299,3 +299,92 @@ fn a_pool_not_told_of_a_transaction_pooler_names_the_setting() {
     tx.rollback().unwrap();
     drop(bouncer);
 }
+
+/// Through a transaction pooler a worker's and a producer's per-job statements run as the
+/// statement functions `upgrade()` made (PostgreSQL's function statistics count their
+/// calls), and what they return is what the statements return: every job runs once, a
+/// limit of 1 holds, and the log rows are PgQueuer's.
+#[test]
+fn per_job_statements_run_as_statement_functions() {
+    let db = TestDb::new();
+    db.client()
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET track_functions = 'pl'",
+            db.name
+        ))
+        .unwrap();
+    let (host, port) = upstream();
+    let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
+    let pool = pool_through(&bouncer, &db, 4);
+    let queue = Queue::new(pool.clone());
+    let mut jobs: Vec<NewJob> = (0..30)
+        .map(|i| NewJob::new("free", i.to_string()))
+        .collect();
+    jobs.extend((0..10).map(|i| NewJob::new("lim", i.to_string())));
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let (running, peak) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let worker = {
+        let (runs, runs_lim, running, peak) =
+            (runs.clone(), runs.clone(), running.clone(), peak.clone());
+        Worker::builder(pool.clone())
+            .threads(4)
+            .entrypoint("free", move |_job, _ctx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .entrypoint(
+                Entrypoint::new("lim").concurrency_limit(1),
+                move |_job, _ctx| {
+                    runs_lim.fetch_add(1, Ordering::SeqCst);
+                    peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(2));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let summary = worker.run_until_empty().unwrap();
+    assert_eq!(summary.succeeded, 40, "{summary:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 40, "a job ran twice or never");
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        1,
+        "the limit of 1 did not hold"
+    );
+    let mut client = db.client();
+    for id in [ids[0], ids[35]] {
+        assert_eq!(
+            crate::harness::log_of(&mut client, id),
+            ["queued", "picked", "successful"]
+        );
+    }
+    // The server connections end with PgBouncer, and a backend's statistics are flushed
+    // when it exits.
+    drop((worker, pool));
+    drop(bouncer);
+    let mut called = Vec::new();
+    crate::harness::eventually(
+        Duration::from_secs(30),
+        "statement functions in pg_stat_user_functions",
+        || {
+            called = client
+                .query(
+                    "SELECT funcname::text, calls FROM pg_stat_user_functions \
+                     WHERE funcname ~ '^pgqueuer_rs_[0-9a-f]{16}$' AND calls > 0",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+                .collect::<Vec<_>>();
+            // An insert, a claim of the limited shape, and a claim or completion that ends
+            // jobs, at least.
+            called.len() >= 3
+        },
+    );
+    let calls: i64 = called.iter().map(|(_, n)| n).sum();
+    assert!(calls >= 3, "{called:?}");
+}

@@ -195,25 +195,31 @@ fn upgrade_from_1_4_0_with_slots_but_older_indexes() {
 }
 
 /// Eight processes' upgrades at once on an empty database converge on PgQueuer's
-/// catalog, and between them report every change exactly once: the same changes, each
-/// once, as one upgrade alone reports (each step runs under the upgrade lock and is
-/// reported by whoever made it).
+/// catalog, and between them report every change exactly once: the same changes and
+/// statement functions, each once, as one upgrade alone reports (each step runs under the
+/// upgrade lock and is reported by whoever made it).
 #[test]
 fn eight_concurrent_upgrades_on_an_empty_database() {
     let alone = {
         let db = TestDb::empty();
-        let mut changes = pgqueuer::upgrade(&mut db.client()).unwrap().changes;
+        let report = pgqueuer::upgrade(&mut db.client()).unwrap();
+        let mut changes = report.changes;
+        changes.extend(report.statement_functions);
         changes.sort();
         changes
     };
     assert!(!alone.is_empty());
+    assert!(
+        alone.iter().any(|c| c.starts_with("pgqueuer_rs_")),
+        "{alone:?}"
+    );
     let db = TestDb::empty();
     let handles: Vec<_> = (0..8)
         .map(|_| {
             let config = db.config();
             std::thread::spawn(move || {
                 let mut client = config.connect(pgqueuer::postgres::NoTls).unwrap();
-                pgqueuer::upgrade(&mut client).map(|r| r.changes)
+                pgqueuer::upgrade(&mut client).map(|r| [r.changes, r.statement_functions].concat())
             })
         })
         .collect();
@@ -299,11 +305,24 @@ fn verify_on_an_empty_database_names_every_table() {
 fn uninstall_removes_everything_and_upgrade_reinstalls() {
     let db = TestDb::new();
     let mut client = db.client();
+    let functions = |client: &mut pgqueuer::postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_proc WHERE proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let made = functions(&mut client);
+    assert!(made > 0, "upgrade() made no statement function");
     pgqueuer::uninstall(&mut client).unwrap();
     let facts = describe_schema(&mut client, &Settings::default()).unwrap();
     assert!(facts.is_empty(), "left behind: {facts:#?}");
+    assert_eq!(functions(&mut client), 0, "statement functions left behind");
     pgqueuer::upgrade(&mut client).unwrap();
     pgqueuer::verify(&mut client).unwrap();
+    assert_eq!(functions(&mut client), made);
 }
 
 #[test]

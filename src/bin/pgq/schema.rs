@@ -81,6 +81,12 @@ pub(crate) fn upgrade(ctx: &Context, plan: bool) -> Outcome {
         }
         println!("Upgraded: {} catalog changes.", report.changes.len());
     }
+    if !report.statement_functions.is_empty() {
+        println!(
+            "Created {} statement functions (for connections through a transaction pooler).",
+            report.statement_functions.len()
+        );
+    }
     Ok(())
 }
 

@@ -68,6 +68,10 @@ fn schemas_are_accepted_both_ways() {
         "our upgrade() changed PgQueuer's own install: {:#?}",
         report.changes
     );
+    assert!(
+        !report.statement_functions.is_empty(),
+        "our upgrade() made no statement function on PgQueuer's install"
+    );
     let pool = theirs.pool(4);
     let id = Queue::new(pool.clone())
         .enqueue(NewJob::new("on_their_schema", b"hello".to_vec()))
@@ -75,4 +79,32 @@ fn schemas_are_accepted_both_ways() {
     let summary = drain(&pool, Entrypoint::new("on_their_schema"));
     assert_eq!(summary.succeeded, 1);
     assert_eq!(log_of(&mut client, id), ["queued", "picked", "successful"]);
+}
+
+/// PgQueuer's own `pgq uninstall` removes its schema from a database our `upgrade()` made,
+/// although our statement functions stay (no object of PgQueuer's depends on them, nor
+/// they on one), and our `upgrade()` installs it again.
+#[test]
+fn python_uninstall_works_over_our_statement_functions() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let functions = |client: &mut pgqueuer::postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_proc WHERE proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert!(
+        functions(&mut client) > 0,
+        "upgrade() made no statement function"
+    );
+    let out = python::pgq(&db, &["uninstall"]).success();
+    eprintln!("pgq uninstall: {}", out.stderr.trim());
+    let left = pgqueuer::describe_schema(&mut client, &Settings::default()).unwrap();
+    assert!(left.is_empty(), "pgq uninstall left: {left:#?}");
+    pgqueuer::upgrade(&mut client).unwrap();
+    pgqueuer::verify(&mut client).unwrap();
 }
