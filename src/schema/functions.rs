@@ -8,12 +8,19 @@
 use postgres::types::{Kind, Type};
 use postgres::{Client, GenericClient};
 
+use postgres::error::SqlState;
+
 use crate::connect::query_alone;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::sql::{self, functions};
 
 /// Creates the statement functions `settings` lacks; returns their names.
+///
+/// A role that may not create functions in the schema (an application role, with a
+/// schema its owner installed), or a server that is read-only, gets a warning and no
+/// functions rather than an error: `upgrade()` in a startup hook worked for such a role
+/// before this step existed, and the functions only spare planning.
 pub(super) fn install(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
     let wanted: Vec<(String, String)> = functions::per_job_statements(settings)
         .into_iter()
@@ -23,6 +30,30 @@ pub(super) fn install(client: &mut Client, settings: &Settings) -> Result<Vec<St
     if missing(client, settings, &wanted)?.is_empty() {
         return Ok(Vec::new());
     }
+    match create_missing(client, settings, &wanted) {
+        Err(Error::Db(e))
+            if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+                || e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) =>
+        {
+            log::warn!(
+                "statement functions not created ({}); through a transaction pooler the \
+                 per-job statements are planned on every run until upgrade() runs as a role \
+                 that may create functions in the schema",
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned())
+            );
+            Ok(Vec::new())
+        }
+        other => other,
+    }
+}
+
+/// [`install`]'s work, in one transaction under the upgrade lock.
+fn create_missing(
+    client: &mut Client,
+    settings: &Settings,
+    wanted: &[(String, String)],
+) -> Result<Vec<String>> {
     let mut tx = client.transaction()?;
     tx.query_typed(
         sql::ADVISORY_XACT_LOCK,
@@ -31,7 +62,7 @@ pub(super) fn install(client: &mut Client, settings: &Settings) -> Result<Vec<St
     tx.batch_execute(sql::QUIET_NOTICES)?;
     // Read again under the lock: another process may have made them meanwhile.
     let mut made = Vec::new();
-    for (name, text) in missing(&mut tx, settings, &wanted)? {
+    for (name, text) in missing(&mut tx, settings, wanted)? {
         let statement = tx.prepare(text)?;
         let params: Option<Vec<String>> = statement.params().iter().map(type_name).collect();
         let columns: Option<Vec<(String, String)>> = statement

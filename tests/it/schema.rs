@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use pgqueuer::{Error, Settings, describe_schema, upgrade_with, verify_with};
 
-use crate::harness::{TestDb, fixture, scalar};
+use crate::harness::{TestDb, fixture, scalar, statement_functions};
 
 fn fixture_lines(name: &str) -> Vec<String> {
     fixture(name)
@@ -305,24 +305,19 @@ fn verify_on_an_empty_database_names_every_table() {
 fn uninstall_removes_everything_and_upgrade_reinstalls() {
     let db = TestDb::new();
     let mut client = db.client();
-    let functions = |client: &mut pgqueuer::postgres::Client| -> i64 {
-        client
-            .query_one(
-                "SELECT count(*) FROM pg_proc WHERE proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'",
-                &[],
-            )
-            .unwrap()
-            .get(0)
-    };
-    let made = functions(&mut client);
+    let made = statement_functions(&mut client);
     assert!(made > 0, "upgrade() made no statement function");
     pgqueuer::uninstall(&mut client).unwrap();
     let facts = describe_schema(&mut client, &Settings::default()).unwrap();
     assert!(facts.is_empty(), "left behind: {facts:#?}");
-    assert_eq!(functions(&mut client), 0, "statement functions left behind");
+    assert_eq!(
+        statement_functions(&mut client),
+        0,
+        "statement functions left behind"
+    );
     pgqueuer::upgrade(&mut client).unwrap();
     pgqueuer::verify(&mut client).unwrap();
-    assert_eq!(functions(&mut client), made);
+    assert_eq!(statement_functions(&mut client), made);
 }
 
 #[test]
@@ -525,4 +520,46 @@ fn upgrade_sends_the_client_no_notices() {
     );
     let level: String = scalar(&mut client, "SHOW client_min_messages");
     assert_eq!(level, "log");
+}
+
+/// A role that may use the queue's tables but not create functions in the schema (an
+/// application role; its owner installed the schema) still gets a working `upgrade()`
+/// from its startup hook: nothing changed, no statement function made, no error. The
+/// owner's next `upgrade()` makes them.
+#[test]
+fn upgrade_by_a_role_that_cannot_create_functions_succeeds_without_them() {
+    let db = TestDb::new();
+    let mut owner = db.client();
+    owner
+        .batch_execute(
+            "DO $$ DECLARE f regprocedure; BEGIN
+                 FOR f IN SELECT oid::regprocedure FROM pg_proc
+                          WHERE proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'
+                 LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP;
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgq_app_writer') THEN
+                     CREATE ROLE pgq_app_writer LOGIN;
+                 END IF;
+             END $$;
+             GRANT USAGE ON SCHEMA public TO pgq_app_writer;
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO pgq_app_writer;
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO pgq_app_writer;",
+        )
+        .unwrap();
+    assert_eq!(statement_functions(&mut owner), 0);
+    let mut config = db.config();
+    config.user("pgq_app_writer");
+    let mut app = config.connect(pgqueuer::postgres::NoTls).unwrap();
+    let report = pgqueuer::upgrade(&mut app).unwrap();
+    assert!(
+        report.is_noop() && report.statement_functions.is_empty(),
+        "{report:?}"
+    );
+    pgqueuer::verify(&mut app).unwrap();
+    assert_eq!(statement_functions(&mut owner), 0);
+    let report = pgqueuer::upgrade(&mut owner).unwrap();
+    assert!(!report.statement_functions.is_empty(), "{report:?}");
+    assert_eq!(
+        statement_functions(&mut owner),
+        i64::try_from(report.statement_functions.len()).unwrap()
+    );
 }

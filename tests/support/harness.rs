@@ -713,6 +713,14 @@ pub fn scalar<T: for<'a> FromSql<'a>>(client: &mut Client, sql: &str) -> T {
     client.query_one(sql, &[]).unwrap().get(0)
 }
 
+/// How many statement functions (`pgqueuer_rs_<hash>`, no prefix) the database holds.
+pub fn statement_functions(client: &mut Client) -> i64 {
+    scalar(
+        client,
+        "SELECT count(*) FROM pg_proc WHERE proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'",
+    )
+}
+
 /// Polls `f` every 20 ms until it is true, failing the test after `limit`; returns how
 /// long it took.
 #[track_caller]

@@ -3,7 +3,7 @@
 use pgqueuer::{Entrypoint, NewJob, Queue, Settings};
 
 use super::drain;
-use crate::harness::{TestDb, log_of};
+use crate::harness::{TestDb, log_of, statement_functions};
 use crate::python;
 
 /// `pgq upgrade --plan` printed no SQL statement (it prints the delta on stdout, headed by
@@ -88,17 +88,8 @@ fn schemas_are_accepted_both_ways() {
 fn python_uninstall_works_over_our_statement_functions() {
     let db = TestDb::new();
     let mut client = db.client();
-    let functions = |client: &mut pgqueuer::postgres::Client| -> i64 {
-        client
-            .query_one(
-                "SELECT count(*) FROM pg_proc WHERE proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'",
-                &[],
-            )
-            .unwrap()
-            .get(0)
-    };
     assert!(
-        functions(&mut client) > 0,
+        statement_functions(&mut client) > 0,
         "upgrade() made no statement function"
     );
     let out = python::pgq(&db, &["uninstall"]).success();
