@@ -21,7 +21,7 @@ use crate::connect::{Conn, Param};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, Status, check_entrypoint};
 use crate::settings::Settings;
-use crate::sql::claim::{self as sql, ClaimSql};
+use crate::sql::claim::{self as sql, ClaimSql, Gating};
 use crate::sqlstate::{self, ErrorKind};
 
 /// How long the public forms of ending and refreshing claims retry rows locked by
@@ -323,14 +323,20 @@ impl Claimer {
 
     /// The claim statement this claimer runs (for inspection and `EXPLAIN`).
     pub fn claim_sql(&self) -> &str {
-        self.statement(false)
+        self.statement(false, false)
     }
 
-    /// The claim statement, with or without ending claims first.
-    fn statement(&self, ending: bool) -> &str {
+    /// The claim statement, with or without ending claims first; `relaxed` where every
+    /// limit is far from full (see [`Gating`]).
+    fn statement(&self, ending: bool, relaxed: bool) -> &str {
+        let gating = match (self.capacity_gated, relaxed) {
+            (false, _) => Gating::None,
+            (true, false) => Gating::Careful,
+            (true, true) => Gating::Relaxed,
+        };
         self.statements
             .claim
-            .get(self.capacity_gated, self.budget.is_some(), ending)
+            .get(gating, self.budget.is_some(), ending)
     }
 
     /// Claims up to `batch_size` jobs on a pooled connection, with the statement prepared
@@ -340,7 +346,7 @@ impl Claimer {
     /// [`Error::InvalidInput`] for a zero `batch_size`; [`Error::Db`] for any database
     /// error other than a lost slot race or deadlock (which give an empty [`Claim`]).
     pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
-        self.claim_from(conn, &[], batch_size, 0.0)
+        self.claim_from(conn, &[], batch_size, 0.0, false)
     }
 
     /// Ends claimed jobs and claims up to `batch_size` more, in one statement and one
@@ -360,19 +366,22 @@ impl Claimer {
         outcomes: &[Outcome],
         batch_size: usize,
     ) -> Result<Claim> {
-        self.claim_from(conn, outcomes, batch_size, 0.0)
+        self.claim_from(conn, outcomes, batch_size, 0.0, false)
     }
 
     /// [`Claimer::complete_and_claim`] (or, without outcomes, [`Claimer::claim`]) whose
     /// search for free slots starts at `shift` (a fraction of each limit, in `[0, 1)`)
     /// rather than at slot 0, so that claims in flight at once from different shifts take
-    /// different slots while the limits are far from full.
+    /// different slots while the limits are far from full; `relaxed` (the caller found
+    /// every limit far from full) locks limited candidates as unlimited ones are locked,
+    /// so that those claims take different jobs too.
     pub(crate) fn claim_from(
         &self,
         conn: &mut Conn,
         outcomes: &[Outcome],
         batch_size: usize,
         shift: f64,
+        relaxed: bool,
     ) -> Result<Claim> {
         let shift = if (0.0..1.0).contains(&shift) {
             shift
@@ -381,12 +390,12 @@ impl Claimer {
         };
         if outcomes.is_empty() {
             return self.run_claim(batch_size, None, shift, |params| {
-                conn.query_cached(self.statement(false), params)
+                conn.query_cached(self.statement(false, relaxed), params)
             });
         }
         let ending = Ending::new(outcomes)?;
         self.run_claim(batch_size, Some(&ending), shift, |params| {
-            conn.query_cached(self.statement(true), params)
+            conn.query_cached(self.statement(true, relaxed), params)
         })
     }
 

@@ -1,9 +1,11 @@
 //! The slot-claiming dequeue and the statements that end a claim (complete, heartbeat,
 //! retry), rendered once per [`Settings`].
 //!
-//! The claim comes in four shapes: with or without capacity gating (does any entrypoint
-//! of this worker carry a `concurrency_limit`?) times with or without a per-worker budget
-//! (`max_concurrent_tasks`). The ungated shape contains no capacity machinery at all.
+//! The claim comes in six shapes: three gatings ([`Gating`]: none, where no entrypoint of
+//! this worker carries a `concurrency_limit`; careful, near a limit; relaxed, with every
+//! limit far from full) times with or without a per-worker budget
+//! (`max_concurrent_tasks`), each also in an ending form. The ungated shape contains no
+//! capacity machinery at all.
 //!
 //! Bind parameters of every shape: `$1` batch size (int4), `$2` entrypoints (text[]),
 //! `$3` worker id (uuid), `$4` heartbeat timeout in microseconds (int8); then, when
@@ -18,31 +20,48 @@
 use super::JOB_COLUMNS;
 use crate::settings::Settings;
 
+/// How a claim treats the limited entrypoints' candidate rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gating {
+    /// No entrypoint has a limit: no capacity machinery at all.
+    None,
+    /// Near a limit: the window of candidates is fixed before any lock is taken, so a
+    /// claim cannot slide past rows another claim is taking (it reports contention and is
+    /// retried, which keeps the claims in priority order while slots run out).
+    Careful,
+    /// Every limit far from full: candidates are locked as unlimited ones are, skipping
+    /// rows another claim holds, so that two claims in flight at once take different
+    /// jobs rather than collide on the same window. The slot index still decides.
+    Relaxed,
+}
+
+impl Gating {
+    /// Every gating, in the order [`ClaimSql`] keeps them.
+    pub(crate) const ALL: [Gating; 3] = [Gating::None, Gating::Careful, Gating::Relaxed];
+}
+
 /// The rendered shapes of the claim statement.
 #[derive(Debug, Clone)]
 pub(crate) struct ClaimSql {
-    /// Indexed by `[capacity_gated][budget_gated][ending]`.
-    shapes: [[[String; 2]; 2]; 2],
+    /// Indexed by `[gating][budget_gated][ending]`.
+    shapes: [[[String; 2]; 2]; 3],
 }
 
 impl ClaimSql {
     pub(crate) fn new(s: &Settings) -> ClaimSql {
-        let shape = |gated, budget| {
+        let shape = |gating, budget| {
             [
-                queue_claim(s, gated, budget, false),
-                queue_claim(s, gated, budget, true),
+                queue_claim(s, gating, budget, false),
+                queue_claim(s, gating, budget, true),
             ]
         };
         ClaimSql {
-            shapes: [
-                [shape(false, false), shape(false, true)],
-                [shape(true, false), shape(true, true)],
-            ],
+            shapes: Gating::ALL.map(|gating| [shape(gating, false), shape(gating, true)]),
         }
     }
 
-    pub(crate) fn get(&self, capacity_gated: bool, budget_gated: bool, ending: bool) -> &str {
-        &self.shapes[usize::from(capacity_gated)][usize::from(budget_gated)][usize::from(ending)]
+    pub(crate) fn get(&self, gating: Gating, budget_gated: bool, ending: bool) -> &str {
+        &self.shapes[gating as usize][usize::from(budget_gated)][usize::from(ending)]
     }
 }
 
@@ -56,10 +75,11 @@ impl ClaimSql {
 /// holders. They return one row at least, with the ended ids in `ended`.
 pub(crate) fn queue_claim(
     s: &Settings,
-    capacity_gated: bool,
+    gating: Gating,
     budget_gated: bool,
     ending: bool,
 ) -> String {
+    let capacity_gated = gating != Gating::None;
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let budget_param = if capacity_gated { "$7" } else { "$5" };
@@ -117,13 +137,19 @@ pub(crate) fn queue_claim(
              ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
              WHERE a.remaining IS NULL{budget_ok}\n)"
         ));
-        // The window of candidates is fixed before any lock is taken, so SKIP LOCKED
-        // cannot slide past rows another worker is claiming right now.
+        // Careful: the window of candidates is fixed before any lock is taken, so SKIP
+        // LOCKED cannot slide past rows another worker is claiming right now. Relaxed: the
+        // window skips them as it is read (see `Gating`).
+        let window_lock = if gating == Gating::Relaxed {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
         ctes.push(format!(
             "limited_window AS (\n    SELECT w.id FROM available a\n    \
              CROSS JOIN LATERAL (\n        SELECT id FROM {queue}\n        \
              WHERE entrypoint = a.entrypoint AND {fresh}\n        \
-             ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n    ) w\n    \
+             ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining){window_lock}\n    ) w\n    \
              WHERE a.remaining IS NOT NULL{budget_ok}\n)"
         ));
         // Windowed candidates that could not be locked (another claim holds or took
@@ -452,7 +478,7 @@ mod tests {
 
     #[test]
     fn the_ungated_shape_has_no_capacity_machinery() {
-        let sql = queue_claim(&Settings::default(), false, false, false);
+        let sql = queue_claim(&Settings::default(), Gating::None, false, false);
         // `slot` is only read back with the row, never computed or written.
         let body = sql.split("\nSELECT id, priority").next().unwrap();
         for word in [
@@ -476,37 +502,59 @@ mod tests {
     #[test]
     fn shapes_bind_the_documented_parameters() {
         let s = Settings::default();
-        assert!(queue_claim(&s, true, false, false).contains("$5::bigint[]"));
-        assert!(queue_claim(&s, true, false, false).contains("$6::float8"));
-        assert!(!queue_claim(&s, true, false, false).contains("$7"));
-        assert!(queue_claim(&s, true, true, false).contains("$7::bigint"));
-        assert!(queue_claim(&s, false, true, false).contains("$5::bigint - COUNT(*)"));
+        for gating in [Gating::Careful, Gating::Relaxed] {
+            assert!(queue_claim(&s, gating, false, false).contains("$5::bigint[]"));
+            assert!(queue_claim(&s, gating, false, false).contains("$6::float8"));
+            assert!(!queue_claim(&s, gating, false, false).contains("$7"));
+            assert!(queue_claim(&s, gating, true, false).contains("$7::bigint"));
+        }
+        assert!(queue_claim(&s, Gating::None, true, false).contains("$5::bigint - COUNT(*)"));
     }
 
     #[test]
     fn ending_shapes_bind_the_outcomes_after_the_other_parameters() {
         let s = Settings::default();
         for (gated, budget, first) in [
-            (false, false, 5),
-            (true, false, 7),
-            (false, true, 6),
-            (true, true, 8),
+            (Gating::None, false, 5),
+            (Gating::Careful, false, 7),
+            (Gating::Relaxed, false, 7),
+            (Gating::None, true, 6),
+            (Gating::Careful, true, 8),
+            (Gating::Relaxed, true, 8),
         ] {
             let sql = queue_claim(&s, gated, budget, true);
             for (offset, ty) in [(0, "bigint[]"), (1, "text[]"), (2, "text[]")] {
                 let param = format!("${}::{ty}", first + offset);
-                assert!(sql.contains(&param), "{gated} {budget}: no {param}");
+                assert!(sql.contains(&param), "{gated:?} {budget}: no {param}");
             }
             let next = format!("${}", first + 3);
-            assert!(!sql.contains(&next), "{gated} {budget}: binds {next}");
+            assert!(!sql.contains(&next), "{gated:?} {budget}: binds {next}");
             assert!(sql.contains("ended.ids AS ended"));
         }
+    }
+
+    /// Only a relaxed claim locks its window of limited candidates as it reads it.
+    #[test]
+    fn only_the_relaxed_window_skips_locked_rows() {
+        let s = Settings::default();
+        let window = |gating| {
+            let sql = queue_claim(&s, gating, false, false);
+            let start = sql.find("limited_window AS").unwrap();
+            let end = sql.find("limited_attempts AS").unwrap();
+            sql[start..end].to_owned()
+        };
+        assert!(window(Gating::Relaxed).contains("FOR UPDATE SKIP LOCKED"));
+        assert!(!window(Gating::Careful).contains("FOR UPDATE"));
+        assert_eq!(
+            window(Gating::Relaxed).replace(" FOR UPDATE SKIP LOCKED", ""),
+            window(Gating::Careful)
+        );
     }
 
     #[test]
     fn names_follow_settings() {
         let s = Settings::with_prefix("app_").schema("myq");
-        let sql = queue_claim(&s, true, true, false);
+        let sql = queue_claim(&s, Gating::Careful, true, false);
         assert!(sql.contains("myq.app_pgqueuer "));
         assert!(sql.contains("INSERT INTO myq.app_pgqueuer_log "));
         assert!(!sql.contains(" pgqueuer "));

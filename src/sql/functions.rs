@@ -78,10 +78,10 @@ pub(crate) fn call(function: &str, params: usize) -> String {
 pub(crate) fn per_job_statements(s: &Settings) -> Vec<String> {
     let claims = claim::ClaimSql::new(s);
     let mut out = Vec::new();
-    for gated in [false, true] {
+    for gating in claim::Gating::ALL {
         for budget in [false, true] {
             for ending in [false, true] {
-                out.push(claims.get(gated, budget, ending).to_owned());
+                out.push(claims.get(gating, budget, ending).to_owned());
             }
         }
     }
