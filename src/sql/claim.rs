@@ -137,32 +137,44 @@ pub(crate) fn queue_claim(
              ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
              WHERE a.remaining IS NULL{budget_ok}\n)"
         ));
-        // Careful: the window of candidates is fixed before any lock is taken, so SKIP
-        // LOCKED cannot slide past rows another worker is claiming right now. Relaxed: the
-        // window skips them as it is read (see `Gating`).
-        let window_lock = if gating == Gating::Relaxed {
-            " FOR UPDATE SKIP LOCKED"
+        if gating == Gating::Relaxed {
+            // Relaxed: the window is locked as it is read, skipping rows another claim
+            // holds (see `Gating`); a row that changed before its lock is re-checked by the
+            // lock itself, so every row of the window is a claim.
+            ctes.push(format!(
+                "limited_window AS (\n    SELECT w.tid, w.id, w.priority, w.entrypoint FROM available a\n    \
+                 CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
+                 WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+                 ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n        \
+                 FOR UPDATE SKIP LOCKED\n    ) w\n    \
+                 WHERE a.remaining IS NOT NULL{budget_ok}\n)"
+            ));
+            ctes.push(
+                "limited_attempts AS (\n    SELECT id AS window_id, tid, id, priority, entrypoint FROM limited_window\n)"
+                    .into(),
+            );
         } else {
-            ""
-        };
-        ctes.push(format!(
-            "limited_window AS (\n    SELECT w.id FROM available a\n    \
-             CROSS JOIN LATERAL (\n        SELECT id FROM {queue}\n        \
-             WHERE entrypoint = a.entrypoint AND {fresh}\n        \
-             ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining){window_lock}\n    ) w\n    \
-             WHERE a.remaining IS NOT NULL{budget_ok}\n)"
-        ));
-        // Windowed candidates that could not be locked (another claim holds or took
-        // them) are kept with a NULL id, so the statement can report contention. Each is
-        // probed by primary key: the re-check is wrapped in IS TRUE so that no partial
-        // index on queued rows qualifies (without statistics the planner once chose to
-        // walk the whole `(entrypoint, priority, id)` index for every probe).
-        ctes.push(format!(
-            "limited_attempts AS (\n    SELECT w.id AS window_id, t.tid, t.id, t.priority, t.entrypoint FROM limited_window w\n    \
-             LEFT JOIN LATERAL (\n        SELECT target.ctid AS tid, target.id, target.priority, target.entrypoint FROM {queue} target\n        \
-             WHERE target.id = w.id AND (target.{fresh}) IS TRUE\n        \
-             FOR UPDATE OF target SKIP LOCKED\n    ) t ON TRUE\n)"
-        ));
+            // Careful: the window of candidates is fixed before any lock is taken, so SKIP
+            // LOCKED cannot slide past rows another worker is claiming right now.
+            ctes.push(format!(
+                "limited_window AS (\n    SELECT w.id FROM available a\n    \
+                 CROSS JOIN LATERAL (\n        SELECT id FROM {queue}\n        \
+                 WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+                 ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n    ) w\n    \
+                 WHERE a.remaining IS NOT NULL{budget_ok}\n)"
+            ));
+            // Windowed candidates that could not be locked (another claim holds or took
+            // them) are kept with a NULL id, so the statement can report contention. Each
+            // is probed by primary key: the re-check is wrapped in IS TRUE so that no
+            // partial index on queued rows qualifies (without statistics the planner once
+            // chose to walk the whole `(entrypoint, priority, id)` index for every probe).
+            ctes.push(format!(
+                "limited_attempts AS (\n    SELECT w.id AS window_id, t.tid, t.id, t.priority, t.entrypoint FROM limited_window w\n    \
+                 LEFT JOIN LATERAL (\n        SELECT target.ctid AS tid, target.id, target.priority, target.entrypoint FROM {queue} target\n        \
+                 WHERE target.id = w.id AND (target.{fresh}) IS TRUE\n        \
+                 FOR UPDATE OF target SKIP LOCKED\n    ) t ON TRUE\n)"
+            ));
+        }
         ctes.push(
             "limited_claims AS (\n    SELECT tid, id, priority, entrypoint FROM limited_attempts WHERE id IS NOT NULL\n)".into(),
         );
@@ -537,18 +549,23 @@ mod tests {
     #[test]
     fn only_the_relaxed_window_skips_locked_rows() {
         let s = Settings::default();
-        let window = |gating| {
+        let part = |gating, from: &str, to: &str| {
             let sql = queue_claim(&s, gating, false, false);
-            let start = sql.find("limited_window AS").unwrap();
-            let end = sql.find("limited_attempts AS").unwrap();
+            let start = sql.find(from).unwrap();
+            let end = sql.find(to).unwrap();
             sql[start..end].to_owned()
         };
+        let window = |gating| part(gating, "limited_window AS", "limited_attempts AS");
+        let attempts = |gating| part(gating, "limited_attempts AS", "\nlimited_claims AS");
         assert!(window(Gating::Relaxed).contains("FOR UPDATE SKIP LOCKED"));
         assert!(!window(Gating::Careful).contains("FOR UPDATE"));
-        assert_eq!(
-            window(Gating::Relaxed).replace(" FOR UPDATE SKIP LOCKED", ""),
-            window(Gating::Careful)
-        );
+        // The careful claim locks each candidate afterwards, by primary key, keeping the
+        // ones it could not lock as contention; the relaxed one has nothing left to lock.
+        assert!(attempts(Gating::Careful).contains("FOR UPDATE OF target SKIP LOCKED"));
+        assert!(!attempts(Gating::Relaxed).contains("FOR UPDATE"));
+        for w in [window(Gating::Relaxed), window(Gating::Careful)] {
+            assert!(w.contains("ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)"));
+        }
     }
 
     #[test]
