@@ -28,8 +28,16 @@ const MARK: &str = "pgqueuer_rs_";
 
 /// Finds the statement function whose name ends in `$1` (see [`suffix`]); its name as
 /// `regproc` text, qualified when its schema is not on the search path.
+///
+/// Only a function owned by this session's role (or a role it is a member of) or by a
+/// superuser is taken: a function is found in any schema, and one that another role
+/// created under the same name would otherwise run with this session's privileges. A
+/// worker whose role is not the one `upgrade()` ran as runs its statements unnamed.
 pub(crate) const FUNCTION_LOOKUP: &str = "SELECT p.oid::regproc::text FROM pg_catalog.pg_proc p \
-     WHERE right(p.proname, length($1::text)) = $1::text ORDER BY p.oid LIMIT 1";
+     JOIN pg_catalog.pg_roles r ON r.oid = p.proowner \
+     WHERE right(p.proname, length($1::text)) = $1::text \
+     AND (r.rolsuper OR pg_catalog.pg_has_role(p.proowner, 'MEMBER')) \
+     ORDER BY p.oid LIMIT 1";
 
 /// Which of the functions named `$1` exist in the schema `$2` (NULL: the current one), in
 /// order. Read from `pg_proc` with the statement's snapshot, not through the catalog

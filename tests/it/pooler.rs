@@ -388,3 +388,79 @@ fn per_job_statements_run_as_statement_functions() {
     let calls: i64 = called.iter().map(|(_, n)| n).sum();
     assert!(calls >= 3, "{called:?}");
 }
+
+/// A connection through a transaction pooler calls only statement functions its own role
+/// (or a superuser) owns: functions of the same names and signatures that another role
+/// made, in a schema of its own that everyone may use, are never run (each would raise),
+/// and the statements run unnamed instead.
+#[test]
+fn statement_functions_of_another_role_are_never_called() {
+    let db = TestDb::new();
+    let mut admin = db.client();
+    // Our functions move to a stranger's schema, owned by the stranger, each with a body
+    // that raises; their signatures stay, so a call would resolve to them.
+    admin
+        .batch_execute(
+            "DO $$ DECLARE f record; BEGIN
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgq_stranger') THEN
+                     CREATE ROLE pgq_stranger;
+                 END IF;
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgq_app_writer') THEN
+                     CREATE ROLE pgq_app_writer LOGIN;
+                 END IF;
+                 CREATE SCHEMA stranger AUTHORIZATION pgq_stranger;
+                 GRANT USAGE ON SCHEMA stranger TO PUBLIC;
+                 FOR f IN SELECT p.oid, p.proname FROM pg_proc p
+                          WHERE p.proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'
+                 LOOP
+                     EXECUTE format(
+                         'CREATE FUNCTION stranger.%I(%s) RETURNS %s LANGUAGE plpgsql AS '
+                         '$b$ BEGIN RAISE EXCEPTION ''a stranger''''s function ran''; END $b$',
+                         f.proname, pg_get_function_identity_arguments(f.oid),
+                         pg_get_function_result(f.oid));
+                     EXECUTE format('ALTER FUNCTION stranger.%I(%s) OWNER TO pgq_stranger',
+                         f.proname, pg_get_function_identity_arguments(f.oid));
+                     EXECUTE 'DROP FUNCTION ' || f.oid::regprocedure;
+                 END LOOP;
+             END $$;
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO pgq_app_writer;
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO pgq_app_writer;",
+        )
+        .unwrap();
+    let planted: i64 = crate::harness::scalar(
+        &mut admin,
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = 'stranger'",
+    );
+    assert!(planted > 0, "no function was planted");
+    assert_eq!(crate::harness::statement_functions(&mut admin), planted);
+    // As an application role (a superuser is a member of every role, so it would trust
+    // the stranger), straight to PostgreSQL but told it is a transaction pooler, so that
+    // it looks for statement functions.
+    let (host, port) = upstream();
+    let dsn = format!(
+        "host={host} port={port} user=pgq_app_writer dbname={}",
+        db.name
+    );
+    let options = ConnectOptions {
+        max_size: 4,
+        min_idle: 0,
+        pooler: Pooler::Transaction,
+        listen_dsn: Some(dsn.clone()),
+        ..ConnectOptions::default()
+    };
+    let pool = pgqueuer::connect_with(&dsn, &options).unwrap();
+    let queue = Queue::new(pool.clone());
+    let jobs: Vec<NewJob> = (0..5).map(|i| NewJob::new("lim", i.to_string())).collect();
+    queue.enqueue_many(&jobs).unwrap();
+    let summary = Worker::builder(pool)
+        .threads(2)
+        .entrypoint(Entrypoint::new("lim").concurrency_limit(1), |_job, _ctx| {
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    assert_eq!(summary.succeeded, 5, "{summary:?}");
+}
