@@ -227,8 +227,9 @@ impl Conn {
     }
 
     /// Runs `sql` with `params` (each with its type) in one round trip: prepared once per
-    /// connection, or unnamed where a transaction pooler forbids names. The statement
-    /// for code that must work through either (see [`Pooler`]).
+    /// connection, or unnamed where a transaction pooler forbids names (as a call of its
+    /// statement function, when `upgrade()` made one for it and this connection's role
+    /// owns it). The statement for code that must work through either (see [`Pooler`]).
     ///
     /// # Errors
     /// The database's error.
