@@ -5,10 +5,9 @@
 //! statement, read by preparing the statement inside the step's transaction, so they
 //! cannot drift from the statement text.
 
+use postgres::error::SqlState;
 use postgres::types::{Kind, Type};
 use postgres::{Client, GenericClient};
-
-use postgres::error::SqlState;
 
 use crate::connect::query_alone;
 use crate::error::{Error, Result};

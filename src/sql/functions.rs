@@ -3,8 +3,8 @@
 //!
 //! Through PgBouncer's transaction mode nothing may outlive a transaction, so a statement
 //! cannot be prepared once per connection: sent unnamed, it is parsed and planned on every
-//! execution, and for the claim that costs more than running it (about 0.9 ms of the
-//! claim's run on this project's machine, `docs/benchmarks.md`). PL/pgSQL keeps the plan of
+//! execution, and for the claim that costs more than running it (`docs/benchmarks.md`,
+//! "Poolers and TLS", has the figures). PL/pgSQL keeps the plan of
 //! each statement of a function per server connection instead, and a pooler's server
 //! connections live long: calling the function costs the parse and plan of a one-line
 //! `SELECT * FROM f($1, ...)`, and the statement itself is planned once per server
@@ -114,10 +114,11 @@ pub(crate) fn per_job_statements(s: &Settings) -> Vec<String> {
 /// A statement function's definition: `params` and `columns` (name, type) as the server
 /// describes the statement, each type a qualified built-in name.
 ///
-/// The body loops over the statement's rows rather than `RETURN QUERY` them, which would
-/// insist on the exact column types; `use_column` makes every name in the statement mean
-/// what it means outside the function, where PL/pgSQL would otherwise take the output
-/// columns' variables. The `SET` clauses are a direct worker session's plan settings.
+/// The body hands the statement's rows back one by one (`FOR ... LOOP RETURN NEXT`), the
+/// output columns being PL/pgSQL variables of the same names; `use_column` makes every
+/// name in the statement mean what it means outside the function, where PL/pgSQL would
+/// otherwise take those variables. The `SET` clauses are a direct worker session's plan
+/// settings.
 pub(crate) fn create(
     function: &str,
     params: &[String],
