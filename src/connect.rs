@@ -129,12 +129,17 @@ impl Statements {
                 Ok(client.query(&statement, &values)?)
             }
             Pooler::Transaction => {
-                if !self.functions.contains_key(sql) {
-                    let call = function_call(client, sql, params.len())?;
-                    self.functions.insert(sql.to_owned(), call);
-                }
-                let call = self.functions.get(sql).and_then(Option::as_deref);
-                match client.query_typed(call.unwrap_or(sql), params) {
+                // One lookup of the (long) statement text per run; the catalog is read
+                // once per connection and statement.
+                let call = match self.functions.get(sql) {
+                    Some(call) => call.clone(),
+                    None => {
+                        let call = function_call(client, sql, params.len())?;
+                        self.functions.insert(sql.to_owned(), call.clone());
+                        call
+                    }
+                };
+                match client.query_typed(call.as_deref().unwrap_or(sql), params) {
                     Ok(rows) => Ok(rows),
                     Err(e) => {
                         // Dropped since it was found (an uninstall): look again next time.
