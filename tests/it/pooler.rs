@@ -405,9 +405,6 @@ fn statement_functions_of_another_role_are_never_called() {
                  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgq_stranger') THEN
                      CREATE ROLE pgq_stranger;
                  END IF;
-                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgq_app_writer') THEN
-                     CREATE ROLE pgq_app_writer LOGIN;
-                 END IF;
                  CREATE SCHEMA stranger AUTHORIZATION pgq_stranger;
                  GRANT USAGE ON SCHEMA stranger TO PUBLIC;
                  FOR f IN SELECT p.oid, p.proname FROM pg_proc p
@@ -422,9 +419,7 @@ fn statement_functions_of_another_role_are_never_called() {
                          f.proname, pg_get_function_identity_arguments(f.oid));
                      EXECUTE 'DROP FUNCTION ' || f.oid::regprocedure;
                  END LOOP;
-             END $$;
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO pgq_app_writer;
-             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO pgq_app_writer;",
+             END $$;",
         )
         .unwrap();
     let planted: i64 = crate::harness::scalar(
@@ -437,11 +432,7 @@ fn statement_functions_of_another_role_are_never_called() {
     // As an application role (a superuser is a member of every role, so it would trust
     // the stranger), straight to PostgreSQL but told it is a transaction pooler, so that
     // it looks for statement functions.
-    let (host, port) = upstream();
-    let dsn = format!(
-        "host={host} port={port} user=pgq_app_writer dbname={}",
-        db.name
-    );
+    let dsn = db.app_role_dsn();
     let options = ConnectOptions {
         max_size: 4,
         min_idle: 0,

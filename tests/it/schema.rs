@@ -536,19 +536,16 @@ fn upgrade_by_a_role_that_cannot_create_functions_succeeds_without_them() {
                  FOR f IN SELECT oid::regprocedure FROM pg_proc
                           WHERE proname ~ '^pgqueuer_rs_[0-9a-f]{16}$'
                  LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP;
-                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgq_app_writer') THEN
-                     CREATE ROLE pgq_app_writer LOGIN;
-                 END IF;
-             END $$;
-             GRANT USAGE ON SCHEMA public TO pgq_app_writer;
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO pgq_app_writer;
-             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO pgq_app_writer;",
+             END $$;",
         )
         .unwrap();
     assert_eq!(statement_functions(&mut owner), 0);
-    let mut config = db.config();
-    config.user("pgq_app_writer");
-    let mut app = config.connect(pgqueuer::postgres::NoTls).unwrap();
+    let mut app = db
+        .app_role_dsn()
+        .parse::<pgqueuer::postgres::Config>()
+        .unwrap()
+        .connect(pgqueuer::postgres::NoTls)
+        .unwrap();
     let report = pgqueuer::upgrade(&mut app).unwrap();
     assert!(
         report.is_noop() && report.statement_functions.is_empty(),

@@ -615,6 +615,29 @@ impl TestDb {
         server().dsn(&self.name)
     }
 
+    /// The DSN of an application role, `pgq_app_writer` (made once per server), that may
+    /// read and write this database's tables in `public` but owns nothing and is no
+    /// superuser: what a worker runs as when another role installed the schema.
+    pub fn app_role_dsn(&self) -> String {
+        self.client()
+            .batch_execute(
+                "DO $$ BEGIN
+                     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgq_app_writer') THEN
+                         CREATE ROLE pgq_app_writer LOGIN;
+                     END IF;
+                 END $$;
+                 GRANT USAGE ON SCHEMA public TO pgq_app_writer;
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO pgq_app_writer;
+                 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO pgq_app_writer;",
+            )
+            .expect("make the application role");
+        let s = server();
+        format!(
+            "host={} port={} user=pgq_app_writer dbname={}",
+            s.host, s.port, self.name
+        )
+    }
+
     pub fn client(&self) -> Client {
         self.config()
             .connect(NoTls)
