@@ -7,6 +7,8 @@
 //!   --dsn DSN                 connection (default: PGQUEUER_DSN, DATABASE_URL, PG* variables)
 //!   --entrypoint NAME[:LIMIT[:MILLIS]]   handle NAME, at most LIMIT at once (0 = no limit),
 //!                             each job sleeping MILLIS (repeatable; default `default:0:0`)
+//!   --rate NAME=N/WINDOW      at most N starts of NAME in any WINDOW, fleet-wide
+//!                             (`api=50/s`, `api=1000/m`; repeatable, windows stack)
 //!   --threads N               executor threads (default 10, the library's)
 //!   --batch N                 most jobs per claim (default 10)
 //!   --heartbeat-timeout SECS  (default 30)
@@ -31,6 +33,7 @@ use pgqueuer::{Entrypoint, NewJob, Queue, Worker};
 struct Options {
     dsn: String,
     entrypoints: Vec<(String, u32, u64)>,
+    rates: Vec<(String, pgqueuer::RateLimit)>,
     threads: usize,
     batch: usize,
     heartbeat_timeout: f64,
@@ -45,6 +48,7 @@ fn parse() -> Result<Options, String> {
     let mut o = Options {
         dsn: String::new(),
         entrypoints: Vec::new(),
+        rates: Vec::new(),
         threads: 10,
         batch: 10,
         heartbeat_timeout: 30.0,
@@ -79,6 +83,14 @@ fn parse() -> Result<Options, String> {
                     .map_err(|_| format!("bad millis in {spec:?}"))?;
                 o.entrypoints.push((name, limit, millis));
             }
+            "--rate" => {
+                let spec = value()?;
+                let (name, rate) = spec
+                    .split_once('=')
+                    .ok_or(format!("--rate {spec:?}: expected NAME=N/WINDOW"))?;
+                let rate = pgqueuer::RateLimit::parse(rate).map_err(|e| e.to_string())?;
+                o.rates.push((name.to_owned(), rate));
+            }
             "--threads" => o.threads = number(value()?, "--threads")? as usize,
             "--batch" => o.batch = number(value()?, "--batch")? as usize,
             "--heartbeat-timeout" => o.heartbeat_timeout = number(value()?, "--heartbeat-timeout")?,
@@ -107,6 +119,8 @@ usage: worker [OPTIONS]
   --entrypoint NAME[:LIMIT[:MILLIS]]
                             handle NAME, at most LIMIT at once (0 = no limit), each job
                             sleeping MILLIS (repeatable; default `default:0:0`)
+  --rate NAME=N/WINDOW      at most N starts of NAME in any WINDOW, fleet-wide
+                            (api=50/s, api=1000/m; repeatable, windows stack)
   --threads N               executor threads (default 10)
   --batch N                 most jobs per claim (default 10)
   --heartbeat-timeout SECS  (default 30)
@@ -222,21 +236,22 @@ fn run(o: &Options) -> Result<(), pgqueuer::Error> {
         .dequeue_timeout(Duration::from_secs_f64(o.dequeue_timeout));
     for (name, limit, millis) in &o.entrypoints {
         let (done, pool, record, millis) = (done.clone(), pool.clone(), o.record, *millis);
-        builder = builder.entrypoint(
-            Entrypoint::new(name).concurrency_limit(*limit),
-            move |job, ctx| {
-                let started = std::time::SystemTime::now();
-                let until = Instant::now() + Duration::from_millis(millis);
-                while Instant::now() < until && !ctx.is_cancelled() {
-                    std::thread::sleep(Duration::from_millis(millis.min(10)));
-                }
-                if record {
-                    record_run(&pool, job, started)?;
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            },
-        );
+        let mut entrypoint = Entrypoint::new(name).concurrency_limit(*limit);
+        for (_, rate) in o.rates.iter().filter(|(n, _)| n == name) {
+            entrypoint = entrypoint.rate_limit(rate.starts(), rate.per());
+        }
+        builder = builder.entrypoint(entrypoint, move |job, ctx| {
+            let started = std::time::SystemTime::now();
+            let until = Instant::now() + Duration::from_millis(millis);
+            while Instant::now() < until && !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(millis.min(10)));
+            }
+            if record {
+                record_run(&pool, job, started)?;
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
     }
     let worker = builder.build()?;
     let stop = worker.shutdown_handle();

@@ -20,6 +20,7 @@ use uuid::Uuid;
 use crate::connect::{Conn, Param};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, Status, check_entrypoint};
+use crate::rate::RateLimit;
 use crate::settings::Settings;
 use crate::sql::claim::{self as sql, ClaimSql, Gating};
 use crate::sqlstate::{self, ErrorKind};
@@ -43,6 +44,10 @@ pub struct Claim {
     /// (before it took any), per entrypoint in the claimer's order (0 for an unlimited
     /// one); empty otherwise and after a lost race.
     pub(crate) in_use: Vec<i64>,
+    /// For a claimer with rate limits: how long until a rate-limited entrypoint whose
+    /// units bounded this claim, and that has due jobs the claim left, may start one.
+    /// `None` when no such entrypoint waits.
+    pub rate_wait: Option<Duration>,
 }
 
 impl Claim {
@@ -155,6 +160,7 @@ pub(crate) struct Statements {
     pub(crate) slots_in_use: String,
     pub(crate) owned: String,
     pub(crate) slot_index: String,
+    pub(crate) rates_provision: String,
 }
 
 impl Statements {
@@ -170,6 +176,7 @@ impl Statements {
             slots_in_use: sql::queue_slots_in_use(settings),
             owned: sql::queue_owned(settings),
             slot_index: settings.slot_index_name(),
+            rates_provision: crate::sql::rates::rates_provision(settings),
         })
     }
 }
@@ -179,6 +186,7 @@ impl Statements {
 pub struct ClaimerBuilder {
     settings: Settings,
     entrypoints: Vec<(String, i64)>,
+    rate_limits: Vec<(String, RateLimit)>,
     worker_id: Uuid,
     max_concurrent_tasks: Option<u32>,
     heartbeat_timeout: Duration,
@@ -189,6 +197,7 @@ impl Default for ClaimerBuilder {
         ClaimerBuilder {
             settings: Settings::default(),
             entrypoints: Vec::new(),
+            rate_limits: Vec::new(),
             worker_id: Uuid::new_v4(),
             max_concurrent_tasks: None,
             heartbeat_timeout: Duration::from_secs(30),
@@ -203,6 +212,17 @@ impl ClaimerBuilder {
     pub fn entrypoint(mut self, name: &str, concurrency_limit: u32) -> Self {
         self.entrypoints
             .push((name.to_owned(), i64::from(concurrency_limit)));
+        self
+    }
+
+    /// At most `limit.starts()` jobs of the entrypoint `name` (registered with
+    /// [`ClaimerBuilder::entrypoint`]) start in any window of `limit.per()` across every
+    /// claimer that declares the same limit. Call it again to stack windows. Before the
+    /// first claim, [`Claimer::provision_rate_limits`] must have made the limit's units
+    /// (a worker does it when it is built). See [`RateLimit`].
+    #[must_use]
+    pub fn rate_limit(mut self, name: &str, limit: RateLimit) -> Self {
+        self.rate_limits.push((name.to_owned(), limit));
         self
     }
 
@@ -273,12 +293,31 @@ impl ClaimerBuilder {
         if self.max_concurrent_tasks == Some(0) {
             return Err(Error::invalid("max_concurrent_tasks", "must be at least 1"));
         }
+        for (name, _) in &self.rate_limits {
+            if !self.entrypoints.iter().any(|(n, _)| n == name) {
+                return Err(Error::invalid(
+                    "rate_limit",
+                    format!("{name:?} has a rate limit but is not a registered entrypoint"),
+                ));
+            }
+        }
+        for (name, _) in &self.entrypoints {
+            let windows: Vec<RateLimit> = self
+                .rate_limits
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, l)| *l)
+                .collect();
+            crate::rate::check_windows(name, &windows)?;
+        }
         let statements = Arc::new(Statements::new(&self.settings)?);
+        let rates = Windows::new(&self.rate_limits);
         Ok(Claimer {
             statements,
             names: self.entrypoints.iter().map(|(n, _)| n.clone()).collect(),
             limits: self.entrypoints.iter().map(|(_, l)| *l).collect(),
-            capacity_gated: self.entrypoints.iter().any(|(_, l)| *l > 0),
+            capacity_gated: self.entrypoints.iter().any(|(_, l)| *l > 0) || rates.is_some(),
+            rates,
             worker_id: self.worker_id,
             budget: self.max_concurrent_tasks.map(i64::from),
             heartbeat_timeout: self.heartbeat_timeout,
@@ -294,6 +333,8 @@ pub struct Claimer {
     names: Vec<String>,
     limits: Vec<i64>,
     capacity_gated: bool,
+    /// The rate limits' windows, where any entrypoint has one.
+    rates: Option<Arc<Windows>>,
     worker_id: Uuid,
     budget: Option<i64>,
     heartbeat_timeout: Duration,
@@ -329,6 +370,12 @@ impl Claimer {
     /// The claim statement, with or without ending claims first; `relaxed` where every
     /// limit is far from full (see [`Gating`]).
     fn statement(&self, ending: bool, relaxed: bool) -> &str {
+        if self.rates.is_some() {
+            return self
+                .statements
+                .claim
+                .get_rated(relaxed, self.budget.is_some(), ending);
+        }
         let gating = match (self.capacity_gated, relaxed) {
             (false, _) => Gating::None,
             (true, false) => Gating::Careful,
@@ -455,6 +502,17 @@ impl Claimer {
                 (&ending.tracebacks, Type::TEXT_ARRAY),
             ]);
         }
+        if let Some(rates) = &self.rates {
+            params.extend([
+                (
+                    &rates.entrypoints as &(dyn postgres::types::ToSql + Sync),
+                    Type::TEXT_ARRAY,
+                ),
+                (&rates.per_us, Type::INT8_ARRAY),
+                (&rates.starts, Type::INT8_ARRAY),
+                (&rates.cooldown_us, Type::INT8_ARRAY),
+            ]);
+        }
         match query(&params) {
             Ok(rows) => {
                 let mut claim = Claim::default();
@@ -466,6 +524,12 @@ impl Claimer {
                         }
                         if i == 0 {
                             claim.in_use = row.try_get("in_use")?;
+                            if self.rates.is_some() {
+                                let wait: Option<i64> = row.try_get("rate_wait_us")?;
+                                claim.rate_wait = wait.map(|us| {
+                                    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+                                });
+                            }
                         }
                     }
                     if ending.is_some() && i == 0 {
@@ -722,9 +786,15 @@ impl Claimer {
     /// True when every limited entrypoint of this claimer has `margin` slots to spare
     /// beyond `in_use` (a claim's [`Claim::in_use`]): none of its limits binds for a
     /// while. True without limits; false for an `in_use` of another claimer.
+    ///
+    /// False with rate limits: a job claimed ahead of a free thread would start later
+    /// than the moment its unit records.
     pub(crate) fn far_from_full(&self, in_use: &[i64], margin: i64) -> bool {
         if !self.capacity_gated {
             return true;
+        }
+        if self.rates.is_some() {
+            return false;
         }
         in_use.len() == self.limits.len()
             && self
@@ -743,12 +813,45 @@ impl Claimer {
             return None;
         }
         let limits: Vec<i64> = keep.iter().map(|&i| self.limits[i]).collect();
+        let names: Vec<String> = keep.iter().map(|&i| self.names[i].clone()).collect();
+        let rates = self.rates.as_deref().and_then(|w| w.only(&names));
         Some(Claimer {
-            names: keep.iter().map(|&i| self.names[i].clone()).collect(),
-            capacity_gated: limits.iter().any(|l| *l > 0),
+            capacity_gated: limits.iter().any(|l| *l > 0) || rates.is_some(),
+            rates,
+            names,
             limits,
             ..self.clone()
         })
+    }
+
+    /// True when any entrypoint of this claimer has a rate limit.
+    pub fn is_rate_limited(&self) -> bool {
+        self.rates.is_some()
+    }
+
+    /// True when every entrypoint of this claimer has a rate limit.
+    pub(crate) fn all_rate_limited(&self) -> bool {
+        self.rates
+            .as_deref()
+            .is_some_and(|w| self.names.iter().all(|n| w.entrypoints.contains(n)))
+    }
+
+    /// Makes the units of this claimer's rate limits that the rates table lacks (one row
+    /// per start of each window; those of a smaller limit declared before are kept, and
+    /// their history with them). Idempotent, and safe while other claimers run.
+    ///
+    /// # Errors
+    /// [`Error::Db`], for instance when the rates table is missing (run
+    /// [`crate::upgrade`]).
+    pub fn provision_rate_limits(&self, client: &mut impl GenericClient) -> Result<()> {
+        let Some(rates) = &self.rates else {
+            return Ok(());
+        };
+        client.execute(
+            &self.statements.rates_provision,
+            &[&rates.entrypoints, &rates.per_us, &rates.starts],
+        )?;
+        Ok(())
     }
 
     /// How long until the earliest queued job of this claimer's entrypoints is due:
@@ -779,5 +882,46 @@ impl Claimer {
             queued: until("queued_us")?,
             stale: until("stale_us")?,
         })
+    }
+}
+
+/// A claimer's rate-limit windows as the claim statement binds them: aligned arrays, one
+/// element per (entrypoint, window).
+#[derive(Debug)]
+struct Windows {
+    entrypoints: Vec<String>,
+    per_us: Vec<i64>,
+    starts: Vec<i64>,
+    cooldown_us: Vec<i64>,
+}
+
+impl Windows {
+    /// The windows of `limits`; `None` without any.
+    fn new(limits: &[(String, RateLimit)]) -> Option<Arc<Windows>> {
+        if limits.is_empty() {
+            return None;
+        }
+        Some(Arc::new(Windows {
+            entrypoints: limits.iter().map(|(n, _)| n.clone()).collect(),
+            per_us: limits.iter().map(|(_, l)| l.per_us()).collect(),
+            starts: limits.iter().map(|(_, l)| i64::from(l.starts())).collect(),
+            cooldown_us: limits.iter().map(|(_, l)| l.cooldown_us()).collect(),
+        }))
+    }
+
+    /// The windows of the entrypoints in `names`; `None` when none has one.
+    fn only(&self, names: &[String]) -> Option<Arc<Windows>> {
+        let keep: Vec<usize> = (0..self.entrypoints.len())
+            .filter(|&i| names.contains(&self.entrypoints[i]))
+            .collect();
+        if keep.is_empty() {
+            return None;
+        }
+        Some(Arc::new(Windows {
+            entrypoints: keep.iter().map(|&i| self.entrypoints[i].clone()).collect(),
+            per_us: keep.iter().map(|&i| self.per_us[i]).collect(),
+            starts: keep.iter().map(|&i| self.starts[i]).collect(),
+            cooldown_us: keep.iter().map(|&i| self.cooldown_us[i]).collect(),
+        }))
     }
 }

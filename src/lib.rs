@@ -98,6 +98,7 @@ pub mod mcp;
 pub mod ops;
 mod payload;
 mod queue;
+mod rate;
 pub mod schedules;
 mod schema;
 mod settings;
@@ -123,6 +124,7 @@ pub use payload::{PayloadKind, PayloadView};
 pub use queue::{
     EnqueueTarget, Explanation, NewJob, OnConflict, Queue, QueueOn, QueueSize, SlotHolder,
 };
+pub use rate::RateLimit;
 pub use schedules::{RunningScheduler, Schedule, ScheduleId, Scheduler, SchedulerBuilder};
 pub use schema::{
     UpgradePlan, UpgradeReport, describe_schema, uninstall, uninstall_sql, uninstall_with, upgrade,

@@ -232,6 +232,12 @@ impl Settings {
         format!("{}_picked_slot_idx", self.queue_table)
     }
 
+    /// The unqualified name of the rates table, this crate's own (PgQueuer has none): the
+    /// units of every entrypoint's rate limits (`crate::RateLimit`).
+    pub(crate) fn rates_table(&self) -> String {
+        format!("{}_rs_rates", self.queue_table)
+    }
+
     /// The key of PgQueuer's schema-upgrade advisory lock: CRC-32 of the qualified queue
     /// table name (for `pgqueuer`, 2389487409).
     pub fn upgrade_lock_key(&self) -> i64 {

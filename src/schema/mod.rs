@@ -71,6 +71,9 @@ pub struct UpgradeReport {
     /// PgQueuer's catalog, that connections through a transaction pooler run their per-job
     /// statements with (see [`crate::Pooler::Transaction`]).
     pub statement_functions: Vec<String>,
+    /// The tables of this crate's own this call created (the rates table, which keeps
+    /// rate limits: [`crate::RateLimit`]), outside PgQueuer's catalog.
+    pub own_tables: Vec<String>,
 }
 
 impl UpgradeReport {
@@ -134,10 +137,12 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
     let key = settings.upgrade_lock_key();
     // The common case, a schema already current, costs two catalog reads.
     if plan::plan(client, settings)?.statements.is_empty() {
+        let own_tables = own_tables(client, settings)?;
         let statement_functions = functions::install(client, settings)?;
         return Ok(UpgradeReport {
             changes: Vec::new(),
             statement_functions,
+            own_tables,
         });
     }
     let mut changes = Vec::new();
@@ -157,10 +162,12 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
         tx.commit()?;
         changes.extend(diff(&before, &after));
     }
+    let own_tables = own_tables(client, settings)?;
     let statement_functions = functions::install(client, settings)?;
     let report = UpgradeReport {
         changes,
         statement_functions,
+        own_tables,
     };
     if !report.is_noop() {
         log::info!(
@@ -169,6 +176,70 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
         );
     }
     Ok(report)
+}
+
+/// Creates the tables of this crate's own that `settings` lacks (the rates table); returns
+/// their names. Like the statement functions, a role that may not create them gets a
+/// warning: only workers that declare rate limits need them, and those say so when they
+/// are built.
+fn own_tables(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
+    let name = settings.rates_table();
+    if verify_rates(client, settings).is_ok() {
+        return Ok(Vec::new());
+    }
+    let made = (|| -> Result<()> {
+        let mut tx = client.transaction()?;
+        tx.query_typed(
+            sql::ADVISORY_XACT_LOCK,
+            &[(&settings.upgrade_lock_key(), Type::INT8)],
+        )?;
+        tx.batch_execute(sql::QUIET_NOTICES)?;
+        tx.batch_execute(&sql::rates::rates_create(settings))?;
+        tx.commit()?;
+        Ok(())
+    })();
+    match made {
+        Ok(()) => Ok(vec![settings.qualify(&name)]),
+        Err(Error::Db(e))
+            if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+                || e.code() == Some(&postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) =>
+        {
+            log::warn!(
+                "rates table {name} not created ({}); workers that declare rate limits need \
+                 it: run upgrade() as a role that may create tables in the schema",
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned())
+            );
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Checks that the rates table exists, for a worker or claimer that declares rate limits.
+///
+/// # Errors
+/// [`Error::Schema`] naming the table (fix: [`upgrade_with`]); [`Error::Db`] when the
+/// catalog cannot be read.
+pub(crate) fn verify_rates<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<()> {
+    let name = settings.rates_table();
+    let present: bool = query_one_alone(
+        client,
+        sql::rates::RATES_EXIST,
+        &[(&name, Type::TEXT), (&settings.schema, Type::TEXT)],
+    )?
+    .get(0);
+    if present {
+        return Ok(());
+    }
+    let database = query_one_alone(client, sql::CURRENT_DATABASE, &[])?.get(0);
+    Err(Error::Schema {
+        database,
+        missing: vec![format!(
+            "table {} (it keeps rate limits)",
+            settings.qualify(&name)
+        )],
+    })
 }
 
 /// The statements `client`'s database still needs to match PgQueuer 1.6.0's catalog for

@@ -45,23 +45,34 @@ impl Gating {
 pub(crate) struct ClaimSql {
     /// Indexed by `[gating][budget_gated][ending]`.
     shapes: [[[String; 2]; 2]; 3],
+    /// The shapes that also keep rate limits (always capacity-gated, so careful or
+    /// relaxed), indexed by `[relaxed][budget_gated][ending]`.
+    rated: [[[String; 2]; 2]; 2],
 }
 
 impl ClaimSql {
     pub(crate) fn new(s: &Settings) -> ClaimSql {
-        let shape = |gating, budget| {
+        let shape = |gating, budget, rated| {
             [
-                queue_claim(s, gating, budget, false),
-                queue_claim(s, gating, budget, true),
+                queue_claim(s, gating, budget, false, rated),
+                queue_claim(s, gating, budget, true, rated),
             ]
         };
         ClaimSql {
-            shapes: Gating::ALL.map(|gating| [shape(gating, false), shape(gating, true)]),
+            shapes: Gating::ALL
+                .map(|gating| [shape(gating, false, false), shape(gating, true, false)]),
+            rated: [Gating::Careful, Gating::Relaxed]
+                .map(|gating| [shape(gating, false, true), shape(gating, true, true)]),
         }
     }
 
     pub(crate) fn get(&self, gating: Gating, budget_gated: bool, ending: bool) -> &str {
         &self.shapes[gating as usize][usize::from(budget_gated)][usize::from(ending)]
+    }
+
+    /// A shape that keeps rate limits too; `relaxed` as [`Gating::Relaxed`].
+    pub(crate) fn get_rated(&self, relaxed: bool, budget_gated: bool, ending: bool) -> &str {
+        &self.rated[usize::from(relaxed)][usize::from(budget_gated)][usize::from(ending)]
     }
 }
 
@@ -73,13 +84,22 @@ impl ClaimSql {
 /// this very claim: each is excluded from the held slots only once its row is deleted (the
 /// exclusion reads the rows the deletion returned), so the slot index never sees two live
 /// holders. They return one row at least, with the ended ids in `ended`.
+///
+/// The `rated` shapes (capacity-gated only) also keep rate limits, with four parameters
+/// after all others (see [`super::rates::rate_room_ctes`]): a rate-limited entrypoint
+/// takes no more fresh jobs than its units allow, as though that were its remaining
+/// capacity, and spends one unit per fresh job in each of its windows. They return
+/// `rate_wait_us` (int8 or NULL) on every row: how long until a rate-limited entrypoint
+/// with due jobs left behind could start one.
 pub(crate) fn queue_claim(
     s: &Settings,
     gating: Gating,
     budget_gated: bool,
     ending: bool,
+    rated: bool,
 ) -> String {
     let capacity_gated = gating != Gating::None;
+    let rated = rated && capacity_gated;
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let budget_param = if capacity_gated { "$7" } else { "$5" };
@@ -105,6 +125,10 @@ pub(crate) fn queue_claim(
     } else {
         String::new()
     };
+    if rated {
+        let first = 5 + 2 + usize::from(budget_gated) + 3 * usize::from(ending);
+        ctes.extend(super::rates::rate_room_ctes(s, first));
+    }
     if capacity_gated {
         ctes.push("params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into());
         // Fleet-wide holders per entrypoint; a row is held exactly while it has an owner.
@@ -112,13 +136,28 @@ pub(crate) fn queue_claim(
             "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
              WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
         ));
-        ctes.push(
-            "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
-             CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
-             FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
-             WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit\n)"
-                .into(),
-        );
+        if rated {
+            // A rate-limited entrypoint's units bound its fresh claims as its free slots
+            // do (the smaller of the two, with both).
+            ctes.push(
+                "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
+                 CASE WHEN p.concurrency_limit > 0 THEN LEAST(p.concurrency_limit - COALESCE(k.total, 0), r.room)\n                \
+                 ELSE r.room END AS remaining\n    \
+                 FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
+                 LEFT JOIN rate_room r ON r.entrypoint = p.entrypoint\n    \
+                 WHERE (p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit)\n      \
+                 AND (r.room IS NULL OR r.room > 0)\n)"
+                    .into(),
+            );
+        } else {
+            ctes.push(
+                "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
+                 CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
+                 FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
+                 WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit\n)"
+                    .into(),
+            );
+        }
     } else {
         ctes.push("available AS (\n    SELECT UNNEST($2::text[]) AS entrypoint\n)".into());
     }
@@ -207,12 +246,33 @@ pub(crate) fn queue_claim(
     } else {
         "$1::int"
     };
-    ctes.push(format!(
-        "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh FROM (\n        \
-         SELECT tid, id, priority, entrypoint, TRUE AS fresh FROM next_queued\n        UNION ALL\n        \
-         SELECT tid, id, priority, entrypoint, FALSE AS fresh FROM next_stale\n    ) u\n    \
-         ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
-    ));
+    if rated {
+        // A stale re-pick starts its job again: it spends a unit like a fresh claim, so
+        // a rate-limited entrypoint takes no more rows of either kind than its room.
+        ctes.push(format!(
+            "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh FROM (\n        \
+             SELECT u.*, ROW_NUMBER() OVER (PARTITION BY u.entrypoint ORDER BY u.priority DESC, u.id ASC) AS rate_rank\n        \
+             FROM (\n            \
+             SELECT tid, id, priority, entrypoint, TRUE AS fresh FROM next_queued\n            UNION ALL\n            \
+             SELECT tid, id, priority, entrypoint, FALSE AS fresh FROM next_stale\n        ) u\n    ) r\n    \
+             WHERE r.rate_rank <= COALESCE((SELECT m.room FROM rate_room m WHERE m.entrypoint = r.entrypoint), r.rate_rank)\n    \
+             ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
+        ));
+    } else {
+        ctes.push(format!(
+            "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh FROM (\n        \
+             SELECT tid, id, priority, entrypoint, TRUE AS fresh FROM next_queued\n        UNION ALL\n        \
+             SELECT tid, id, priority, entrypoint, FALSE AS fresh FROM next_stale\n    ) u\n    \
+             ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
+        ));
+    }
+    // Where units bound a claim, an entrypoint without a concurrency limit has a
+    // `remaining` but takes no slot.
+    let slotted = if rated {
+        " AND a.concurrency_limit > 0"
+    } else {
+        ""
+    };
     if capacity_gated {
         // `held + take` slots from the shift on (wrapping round below the limit) minus
         // the slots visibly held: at least `take` are free, and the search never depends
@@ -226,7 +286,7 @@ pub(crate) fn queue_claim(
              SELECT g.n, (g.n + floor(a.concurrency_limit * $6::float8)::bigint) % a.concurrency_limit AS slot\n        \
              FROM generate_series(0::bigint, (a.concurrency_limit - a.remaining) + LEAST($1::int, a.remaining) - 1) AS g(n)\n    \
              ) s\n    \
-             WHERE a.remaining IS NOT NULL\n      \
+             WHERE a.remaining IS NOT NULL{slotted}\n      \
              AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
              WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot{not_ended}\n      )\n)"
         ));
@@ -262,6 +322,9 @@ pub(crate) fn queue_claim(
         "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
          SELECT id, status, entrypoint, priority FROM claimed\n)"
     ));
+    if rated {
+        ctes.extend(super::rates::rate_spend_ctes(s));
+    }
     let ended = if ending {
         ", ended.ids AS ended FROM (SELECT ARRAY(SELECT job_id FROM log_end) AS ids) ended"
     } else {
@@ -271,21 +334,31 @@ pub(crate) fn queue_claim(
         // One row at least: `contended` counts windowed candidates another claim locked
         // or took first, so the caller can tell "lost a race, retry now" from "nothing
         // to do". With no claimed job the row's job columns are NULL.
-        ctes.push(
+        let rate_wait = if rated {
+            ",\n           (SELECT wait_us::bigint FROM rate_wait) AS rate_wait_us"
+        } else {
+            ""
+        };
+        ctes.push(format!(
             "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended,\n           \
-             (SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord)) AS in_use\n    \
-             FROM limited_attempts\n)".into(),
-        );
+             (SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord)) AS in_use{rate_wait}\n    \
+             FROM limited_attempts\n)",
+        ));
         let from = if ending {
             " CROSS JOIN contention"
         } else {
             " FROM contention"
         };
         format!(
-            "WITH\n{}\nSELECT {}, contention.contended, contention.in_use{ended}{from} LEFT JOIN claimed ON TRUE \
+            "WITH\n{}\nSELECT {}, contention.contended, contention.in_use{}{ended}{from} LEFT JOIN claimed ON TRUE \
              ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
-            JOB_COLUMNS
+            JOB_COLUMNS,
+            if rated {
+                ", contention.rate_wait_us"
+            } else {
+                ""
+            },
         )
     } else if ending {
         format!(
@@ -490,7 +563,7 @@ mod tests {
 
     #[test]
     fn the_ungated_shape_has_no_capacity_machinery() {
-        let sql = queue_claim(&Settings::default(), Gating::None, false, false);
+        let sql = queue_claim(&Settings::default(), Gating::None, false, false, false);
         // `slot` is only read back with the row, never computed or written.
         let body = sql.split("\nSELECT id, priority").next().unwrap();
         for word in [
@@ -515,12 +588,14 @@ mod tests {
     fn shapes_bind_the_documented_parameters() {
         let s = Settings::default();
         for gating in [Gating::Careful, Gating::Relaxed] {
-            assert!(queue_claim(&s, gating, false, false).contains("$5::bigint[]"));
-            assert!(queue_claim(&s, gating, false, false).contains("$6::float8"));
-            assert!(!queue_claim(&s, gating, false, false).contains("$7"));
-            assert!(queue_claim(&s, gating, true, false).contains("$7::bigint"));
+            assert!(queue_claim(&s, gating, false, false, false).contains("$5::bigint[]"));
+            assert!(queue_claim(&s, gating, false, false, false).contains("$6::float8"));
+            assert!(!queue_claim(&s, gating, false, false, false).contains("$7"));
+            assert!(queue_claim(&s, gating, true, false, false).contains("$7::bigint"));
         }
-        assert!(queue_claim(&s, Gating::None, true, false).contains("$5::bigint - COUNT(*)"));
+        assert!(
+            queue_claim(&s, Gating::None, true, false, false).contains("$5::bigint - COUNT(*)")
+        );
     }
 
     #[test]
@@ -534,7 +609,7 @@ mod tests {
             (Gating::Careful, true, 8),
             (Gating::Relaxed, true, 8),
         ] {
-            let sql = queue_claim(&s, gated, budget, true);
+            let sql = queue_claim(&s, gated, budget, true, false);
             for (offset, ty) in [(0, "bigint[]"), (1, "text[]"), (2, "text[]")] {
                 let param = format!("${}::{ty}", first + offset);
                 assert!(sql.contains(&param), "{gated:?} {budget}: no {param}");
@@ -550,7 +625,7 @@ mod tests {
     fn only_the_relaxed_window_skips_locked_rows() {
         let s = Settings::default();
         let part = |gating, from: &str, to: &str| {
-            let sql = queue_claim(&s, gating, false, false);
+            let sql = queue_claim(&s, gating, false, false, false);
             let start = sql.find(from).unwrap();
             let end = sql.find(to).unwrap();
             sql[start..end].to_owned()
@@ -571,7 +646,7 @@ mod tests {
     #[test]
     fn names_follow_settings() {
         let s = Settings::with_prefix("app_").schema("myq");
-        let sql = queue_claim(&s, Gating::Careful, true, false);
+        let sql = queue_claim(&s, Gating::Careful, true, false, false);
         assert!(sql.contains("myq.app_pgqueuer "));
         assert!(sql.contains("INSERT INTO myq.app_pgqueuer_log "));
         assert!(!sql.contains(" pgqueuer "));

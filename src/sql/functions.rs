@@ -93,6 +93,13 @@ pub(crate) fn per_job_statements(s: &Settings) -> Vec<String> {
             }
         }
     }
+    for relaxed in [false, true] {
+        for budget in [false, true] {
+            for ending in [false, true] {
+                out.push(claims.get_rated(relaxed, budget, ending).to_owned());
+            }
+        }
+    }
     out.extend([
         claim::queue_complete_many(s),
         claim::queue_heartbeat_many(s),

@@ -285,9 +285,15 @@ impl WorkerBuilder {
     {
         let options = entrypoint.into();
         let (name, limit) = (options.name.clone(), options.concurrency_limit);
+        let rates = options.rate_limits.clone();
         let handler: Handler = Arc::new(handler);
         match self.registry.add(options, handler) {
-            Ok(()) => self.claimer = self.claimer.entrypoint(&name, limit),
+            Ok(()) => {
+                self.claimer = self.claimer.entrypoint(&name, limit);
+                for rate in rates {
+                    self.claimer = self.claimer.rate_limit(&name, rate);
+                }
+            }
             Err(e) => {
                 self.error.get_or_insert(e);
             }
@@ -340,6 +346,10 @@ impl WorkerBuilder {
         }
         let mut conn = self.pool.get()?;
         crate::schema::verify_with(&mut conn, &settings)?;
+        if claimer.is_rate_limited() {
+            crate::schema::verify_rates(conn.client(), &settings)?;
+            claimer.provision_rate_limits(conn.client())?;
+        }
         // Where the listener connects: a connection like the pool's, or, through a
         // transaction pooler, the listen DSN; without one the worker polls.
         let (listen, poll_interval) = match conn.listen_target() {

@@ -51,6 +51,10 @@ const MIN_POLL: Duration = Duration::from_millis(100);
 /// one job. A job that runs long delays its successor by at most this.
 const GATHER: Duration = Duration::from_micros(200);
 
+/// Shortest wait for a rate limit's next start: the units a claim reports as due now may
+/// still be held by a claim in flight, which commits within about this.
+const RATE_MIN_WAIT: Duration = Duration::from_millis(1);
+
 /// Most owned jobs (claimed, not yet written) beyond the thread count before claiming
 /// pauses: their rows and slots stay held until written, so claiming on would only grow
 /// the completer's debt.
@@ -312,9 +316,14 @@ impl<'a> Dispatcher<'a> {
         let n = claim.jobs.len();
         lead.last_full = n == take;
         if n == 0 {
-            return self.after_empty_claim(lead, claim.lost_race());
+            return self.after_empty_claim(lead, claim.lost_race(), claim.rate_wait);
         }
         lead.limit_full = false;
+        if let Some(wait) = claim.rate_wait {
+            // A rate limit held some of the due jobs back: the next claim is worth its
+            // statement once a unit has rested.
+            self.wait_for_rate(lead, wait);
+        }
         // A partial batch took everything due as of its snapshot (unless slots or locked
         // rows were what it lacked): until something changes, another claim would find
         // nothing. Deferred jobs are looked for again after the shortest idle wait.
@@ -340,12 +349,21 @@ impl<'a> Dispatcher<'a> {
     /// After a claim that found nothing: claim again at once if something may have
     /// arrived since its snapshot, stop a finished drain, or start a quiet spell that
     /// lasts until the next deferred job is due (or another worker's job goes stale).
-    fn after_empty_claim(&self, lead: &mut Lead<'_>, lost_race: bool) -> Step {
+    fn after_empty_claim(
+        &self,
+        lead: &mut Lead<'_>,
+        lost_race: bool,
+        rate_wait: Option<Duration>,
+    ) -> Step {
         let config = self.config;
-        log::trace!("empty claim (lost race: {lost_race})");
+        log::trace!("empty claim (lost race: {lost_race}, rate wait: {rate_wait:?})");
         if lost_race {
             // The winner has committed; claim again in a moment.
             std::thread::sleep(lead.rng.duration(Duration::from_micros(500)));
+            return Step::Again;
+        }
+        if let Some(wait) = rate_wait {
+            self.wait_for_rate(lead, wait);
             return Step::Again;
         }
         let binding = self.binding();
@@ -417,6 +435,17 @@ impl<'a> Dispatcher<'a> {
         );
         lead.quiet_until = Some(Instant::now() + wait);
         Step::Again
+    }
+
+    /// Starts a quiet spell until a rate limit allows the next start, `wait` from now (no
+    /// claim runs before then unless something else rings that may let one take a job).
+    /// Where every entrypoint is rate-limited, new jobs do not end it: they would wait for
+    /// the same units.
+    fn wait_for_rate(&self, lead: &mut Lead<'_>, wait: Duration) {
+        let wait = wait.max(RATE_MIN_WAIT);
+        log::trace!("rate limit: next start in {wait:?}");
+        lead.limit_full = self.config.claimer.all_rate_limited();
+        lead.quiet_until = Some(Instant::now() + wait);
     }
 
     /// Whether a limit may bind: this worker declares limits and the last claim did not

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::owned::Stop;
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, check_entrypoint};
+use crate::rate::{RateLimit, check_windows};
 use crate::time::{MAX_DELAY, check_duration};
 
 /// What a handler returns: `Ok(())` for success, or a [`JobError`].
@@ -220,6 +221,7 @@ impl RetryPolicy {
 pub struct Entrypoint {
     pub(crate) name: String,
     pub(crate) concurrency_limit: u32,
+    pub(crate) rate_limits: Vec<RateLimit>,
     pub(crate) on_failure: OnFailure,
     pub(crate) retry: Option<RetryPolicy>,
     pub(crate) pause_on_larger_limit: bool,
@@ -234,6 +236,7 @@ impl Entrypoint {
         Entrypoint {
             name: name.to_owned(),
             concurrency_limit: 0,
+            rate_limits: Vec::new(),
             on_failure: OnFailure::default(),
             retry: None,
             pause_on_larger_limit: false,
@@ -251,6 +254,19 @@ impl Entrypoint {
     #[must_use]
     pub fn concurrency_limit(mut self, limit: u32) -> Self {
         self.concurrency_limit = limit;
+        self
+    }
+
+    /// At most `starts` jobs of this entrypoint start in any window of `per`, across every
+    /// worker that declares the same limit (Python PgQueuer's workers keep no rate
+    /// limits). Call it again to stack windows (say 100 per second and 1,000 per hour);
+    /// it stacks with a concurrency limit too. Defaults to none. See [`RateLimit`]: the
+    /// window slides on the database clock, a stale re-pick (a dead worker's job started
+    /// again) counts as a start, and a worker
+    /// held back by a rate sleeps until the next start is allowed.
+    #[must_use]
+    pub fn rate_limit(mut self, starts: u32, per: Duration) -> Self {
+        self.rate_limits.push(RateLimit::new(starts, per));
         self
     }
 
@@ -347,6 +363,7 @@ impl Registry {
         if let Some(policy) = &options.retry {
             policy.validate(&name)?;
         }
+        check_windows(&name, &options.rate_limits)?;
         if let Some(timeout) = options.timeout {
             check_duration(
                 &format!("timeout of {name:?}"),

@@ -9,6 +9,7 @@ mod audit;
 mod disagree;
 mod full_slots;
 mod races;
+mod rates;
 mod relaxed;
 mod slots;
 mod worker;

@@ -1,0 +1,131 @@
+//! The rates table (the units of every rate limit, `crate::rate` says how they keep one)
+//! and the parts of the claim statement that spend them.
+//!
+//! The table is this crate's own: PgQueuer neither has nor reads it, and the catalog
+//! description leaves it out (`catalog.sql`), so PgQueuer's `upgrade --plan` and the
+//! schema comparisons see PgQueuer's objects only. It is always logged, whatever the
+//! durability setting: a limit must hold across a server restart.
+
+use crate::settings::Settings;
+
+/// Creates the rates table and its index, if absent.
+pub(crate) fn rates_create(s: &Settings) -> String {
+    let name = s.rates_table();
+    let table = s.qualify(&name);
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\n    \
+         entrypoint text NOT NULL,\n    \
+         per_us bigint NOT NULL CHECK (per_us > 0),\n    \
+         unit integer NOT NULL CHECK (unit >= 0),\n    \
+         started timestamptz NOT NULL DEFAULT '-infinity',\n    \
+         PRIMARY KEY (entrypoint, per_us, unit)\n);\n\
+         CREATE INDEX IF NOT EXISTS {name}_next_idx ON {table} (entrypoint, per_us, started, unit);\n"
+    )
+}
+
+/// Drops the rates table (for `uninstall`).
+pub(crate) fn rates_drop(s: &Settings) -> String {
+    format!("DROP TABLE IF EXISTS {};\n", s.qualify(&s.rates_table()))
+}
+
+/// Whether the rates table exists: `$1` its name, `$2` its schema (NULL: the current one).
+/// Read from `pg_class` with the statement's snapshot.
+pub(crate) const RATES_EXIST: &str = "SELECT EXISTS (\
+     SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE c.relname = lower($1::text) AND c.relkind = 'r' \
+     AND n.nspname = lower(COALESCE($2::text, current_schema())))";
+
+/// Makes the units of windows that lack them: `$1` entrypoints (text[]), `$2` windows in
+/// microseconds (int8[]), `$3` starts per window (int8[]), aligned. A new unit has never
+/// been spent. Units beyond a window's starts (left by a larger limit) stay and are not
+/// spent.
+pub(crate) fn rates_provision(s: &Settings) -> String {
+    let table = s.qualify(&s.rates_table());
+    format!(
+        "INSERT INTO {table} (entrypoint, per_us, unit)\n\
+         SELECT w.entrypoint, w.per_us, g.unit::int\n\
+         FROM UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS w(entrypoint, per_us, starts)\n\
+         CROSS JOIN LATERAL generate_series(0::bigint, w.starts - 1) AS g(unit)\n\
+         ON CONFLICT DO NOTHING"
+    )
+}
+
+/// The claim's CTEs that find the units a claim may spend, before the claim's candidates
+/// are chosen. `first` is the number of the first of the four rate parameters: windows'
+/// entrypoints (text[]), lengths in microseconds (int8[]), starts (int8[]) and cooldowns
+/// (int8[]: the length and its guard), aligned.
+///
+/// `rate_units` holds, per window, up to a batch of units rested enough to be spent,
+/// locked (skipping those another claim holds; the lock re-checks a unit spent since the
+/// snapshot), oldest first; `rate_room`, per rate-limited entrypoint, how many jobs the
+/// claim may start: the fewest units any of its windows could lend.
+pub(crate) fn rate_room_ctes(s: &Settings, first: usize) -> [String; 3] {
+    let table = s.qualify(&s.rates_table());
+    let (ep, per, starts, cooldown) = (first, first + 1, first + 2, first + 3);
+    [
+        format!(
+            "rate_windows AS (\n    SELECT w.entrypoint, w.per_us, w.starts, w.cooldown_us\n    \
+             FROM UNNEST(${ep}::text[], ${per}::bigint[], ${starts}::bigint[], ${cooldown}::bigint[]) \
+             AS w(entrypoint, per_us, starts, cooldown_us)\n)"
+        ),
+        format!(
+            "rate_units AS MATERIALIZED (\n    SELECT w.entrypoint, w.per_us, u.unit,\n           \
+             ROW_NUMBER() OVER (PARTITION BY w.entrypoint, w.per_us ORDER BY u.started, u.unit) AS rank\n    \
+             FROM rate_windows w\n    \
+             CROSS JOIN LATERAL (\n        SELECT r.unit, r.started FROM {table} r\n        \
+             WHERE r.entrypoint = w.entrypoint AND r.per_us = w.per_us\n          \
+             AND r.started <= NOW() - w.cooldown_us * INTERVAL '1 microsecond'\n          \
+             AND r.unit < w.starts\n        \
+             ORDER BY r.started, r.unit LIMIT $1::int\n        FOR UPDATE SKIP LOCKED\n    ) u\n)"
+        ),
+        "rate_room AS (\n    SELECT w.entrypoint, MIN(COALESCE(c.units, 0)) AS room\n    \
+         FROM rate_windows w\n    \
+         LEFT JOIN (SELECT entrypoint, per_us, COUNT(*) AS units FROM rate_units GROUP BY entrypoint, per_us) c\n      \
+         ON c.entrypoint = w.entrypoint AND c.per_us = w.per_us\n    \
+         GROUP BY w.entrypoint\n)"
+            .into(),
+    ]
+}
+
+/// The claim's CTEs that spend units once the jobs are claimed, and say when the next
+/// start would be allowed. They read `claimed` (the claimed rows): a stale re-pick spends
+/// a unit as a fresh claim does, since its handler starts again.
+///
+/// `rate_wait` is, for the rate-limited entrypoints whose units bounded this claim and
+/// that still have due jobs it did not take, how many microseconds until each of their
+/// windows has a unit again (the soonest entrypoint's); NULL when no such entrypoint waits
+/// (or the units it waits for are held by claims in flight).
+pub(crate) fn rate_spend_ctes(s: &Settings) -> [String; 3] {
+    let table = s.qualify(&s.rates_table());
+    let queue = s.qualify(&s.queue_table);
+    [
+        "rate_taken AS (\n    SELECT entrypoint, COUNT(*) AS taken FROM claimed GROUP BY entrypoint\n)"
+            .into(),
+        format!(
+            "rate_spent AS (\n    UPDATE {table} r SET started = clock_timestamp()\n    \
+             FROM rate_units u JOIN rate_taken t ON t.entrypoint = u.entrypoint\n    \
+             WHERE r.entrypoint = u.entrypoint AND r.per_us = u.per_us AND r.unit = u.unit AND u.rank <= t.taken\n    \
+             RETURNING r.unit\n)"
+        ),
+        format!(
+            "rate_wait AS (\n    SELECT MIN(ready_us) AS wait_us FROM (\n        \
+             SELECT w.entrypoint, MAX(CASE\n            \
+             WHEN COALESCE(c.units, 0) > COALESCE(t.taken, 0) THEN 0\n            \
+             ELSE EXTRACT(EPOCH FROM (LEAST(o.oldest, CASE WHEN COALESCE(t.taken, 0) > 0 THEN clock_timestamp() END) - clock_timestamp())) * 1000000 + w.cooldown_us\n        \
+             END) AS ready_us\n        \
+             FROM rate_windows w\n        \
+             JOIN rate_room m ON m.entrypoint = w.entrypoint AND m.room < $1::int\n        \
+             LEFT JOIN (SELECT entrypoint, per_us, COUNT(*) AS units FROM rate_units GROUP BY entrypoint, per_us) c\n          \
+             ON c.entrypoint = w.entrypoint AND c.per_us = w.per_us\n        \
+             LEFT JOIN rate_taken t ON t.entrypoint = w.entrypoint\n        \
+             LEFT JOIN LATERAL (\n            SELECT MIN(x.started) AS oldest FROM {table} x\n            \
+             WHERE x.entrypoint = w.entrypoint AND x.per_us = w.per_us\n              \
+             AND x.started > NOW() - w.cooldown_us * INTERVAL '1 microsecond' AND x.unit < w.starts\n        \
+             ) o ON TRUE\n        \
+             WHERE EXISTS (\n            SELECT 1 FROM {queue} q\n            \
+             WHERE q.entrypoint = w.entrypoint AND q.status = 'queued' AND q.execute_after < NOW()\n              \
+             AND q.id <> ALL(ARRAY(SELECT id FROM claimed))\n        )\n        \
+             GROUP BY w.entrypoint\n    ) waits\n)"
+        ),
+    ]
+}

@@ -1,0 +1,361 @@
+//! Rate limits: units spent by claims (one claimer, then a fleet of worker processes),
+//! stacked windows with a concurrency limit, re-picks, and a killed worker.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use pgqueuer::postgres::Client;
+use pgqueuer::{Claimer, RateLimit};
+
+use crate::claim::{insert_jobs, success};
+use crate::faults::process::Proc;
+use crate::harness::{TestDb, eventually, scalar};
+
+/// A claim takes no more jobs than the rate's units allow, spends one per job, and says
+/// how long until the next start; once the window has passed, the units are spent again.
+#[test]
+fn claims_spend_units_and_say_when_the_next_start_is_allowed() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let ids = insert_jobs(&mut client, "api", 0, 12);
+    let pool = db.pool(1);
+    let per = Duration::from_millis(600);
+    let claimer = Claimer::builder()
+        .entrypoint("api", 0)
+        .rate_limit("api", RateLimit::new(5, per))
+        .build()
+        .unwrap();
+    assert!(claimer.is_rate_limited());
+    claimer.provision_rate_limits(&mut client).unwrap();
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer_rs_rates"),
+        5
+    );
+    let mut conn = pool.get().unwrap();
+    let first = Instant::now();
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    assert_eq!(claim.jobs.len(), 5, "five units, five jobs");
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_rs_rates WHERE started > now() - interval '1 minute'"
+        ),
+        5,
+        "each job spent a unit"
+    );
+    // Finishing the jobs frees nothing: a rate counts starts, not running jobs.
+    claimer
+        .complete(&mut conn, &success(ids[..5].to_vec()))
+        .unwrap();
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    assert!(claim.jobs.is_empty(), "every unit is resting");
+    let wait = claim.rate_wait.expect("due jobs wait for the rate");
+    assert!(
+        wait > Duration::ZERO && wait <= per + Duration::from_millis(12),
+        "the next start is within a window and its guard: {wait:?}"
+    );
+    std::thread::sleep(wait);
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    assert!(
+        first.elapsed() >= per,
+        "no unit is spent twice within {per:?}"
+    );
+    assert_eq!(claim.jobs.len(), 5, "the units rested: five more starts");
+    assert_eq!(claim.rate_wait.map(|w| w > Duration::ZERO), Some(true));
+    // With nothing left to start there is nothing to wait for.
+    claimer
+        .complete(&mut conn, &success(ids[5..10].to_vec()))
+        .unwrap();
+    std::thread::sleep(per + Duration::from_millis(20));
+    let claim = claimer.claim(&mut conn, 10).unwrap();
+    assert_eq!(claim.jobs.len(), 2);
+    assert_eq!(claim.rate_wait, None, "no due job is left behind");
+}
+
+/// Bad limits are refused when the claimer or worker is built, naming what is wrong.
+#[test]
+fn bad_rate_limits_are_refused_at_build() {
+    let e = Claimer::builder()
+        .entrypoint("api", 0)
+        .rate_limit("mail", RateLimit::per_second(5))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("not a registered entrypoint"), "{e}");
+    let e = Claimer::builder()
+        .entrypoint("api", 0)
+        .rate_limit("api", RateLimit::per_second(0))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("not in 1..=100000"), "{e}");
+    let db = TestDb::new();
+    let e = pgqueuer::Worker::builder(db.pool(4))
+        .entrypoint(
+            pgqueuer::Entrypoint::new("api")
+                .rate_limit(5, Duration::from_secs(1))
+                .rate_limit(9, Duration::from_secs(1)),
+            |_, _| Ok(()),
+        )
+        .build()
+        .err()
+        .expect("two limits of one window");
+    assert!(e.to_string().contains("share the window"), "{e}");
+}
+
+/// A worker that declares a rate limit refuses to start where the rates table is missing,
+/// naming it.
+#[test]
+fn a_rate_limited_worker_needs_the_rates_table() {
+    let db = TestDb::new();
+    db.client()
+        .batch_execute("DROP TABLE pgqueuer_rs_rates")
+        .unwrap();
+    let e = pgqueuer::Worker::builder(db.pool(4))
+        .entrypoint(
+            pgqueuer::Entrypoint::new("api").rate_limit(5, Duration::from_secs(1)),
+            |_, _| Ok(()),
+        )
+        .build()
+        .err()
+        .expect("no rates table");
+    assert!(e.to_string().contains("pgqueuer_rs_rates"), "{e}");
+    pgqueuer::upgrade(&mut db.client()).unwrap();
+    pgqueuer::Worker::builder(db.pool(4))
+        .entrypoint(
+            pgqueuer::Entrypoint::new("api").rate_limit(5, Duration::from_secs(1)),
+            |_, _| Ok(()),
+        )
+        .build()
+        .expect("upgrade() made the table again");
+}
+
+/// The start times of the recorded runs (`examples/worker --record`), sorted. The server
+/// runs on this machine, so the workers' clock is the database's.
+fn starts(client: &mut Client) -> Vec<SystemTime> {
+    client
+        .query(
+            "SELECT started FROM pgqueuer_example_runs ORDER BY started",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// The most starts in any window of `per` (half-open, starting at a start: the windows
+/// that hold the most).
+fn most_in_any_window(starts: &[SystemTime], per: Duration) -> usize {
+    let mut most = 0;
+    let mut end = 0;
+    for (i, start) in starts.iter().enumerate() {
+        let until = *start + per;
+        while end < starts.len() && starts[end] < until {
+            end += 1;
+        }
+        most = most.max(end - i);
+    }
+    most
+}
+
+/// The most jobs running at once, from each run's start and finish.
+fn most_running(client: &mut Client) -> i64 {
+    scalar(
+        client,
+        "SELECT COALESCE(max(n), 0) FROM (SELECT sum(d) OVER (ORDER BY t, d) AS n FROM (\
+             SELECT started AS t, 1 AS d FROM pgqueuer_example_runs \
+             UNION ALL SELECT finished, -1 FROM pgqueuer_example_runs) e) s",
+    )
+}
+
+/// `examples/worker` processes draining `api` with `rate` flags, each with `threads`.
+fn fleet(db: &TestDb, n: usize, threads: usize, extra: &[&str]) -> Vec<Proc> {
+    (0..n)
+        .map(|i| {
+            let mut args: Vec<String> = [
+                "--threads",
+                &threads.to_string(),
+                "--batch",
+                "10",
+                "--record",
+                "--quiet",
+                "--drain",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+            Proc::spawn(&format!("w{i}"), &db.dsn(), &args)
+        })
+        .collect()
+}
+
+/// Waits for every process of a drain to exit, successfully.
+fn wait_all(procs: &mut [Proc], within: Duration) {
+    let deadline = Instant::now() + within;
+    for p in procs.iter_mut() {
+        while p.running() {
+            assert!(
+                Instant::now() < deadline,
+                "worker {} still running after {within:?}: {}",
+                p.label,
+                p.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !p.stderr().contains("ERROR") && !p.stderr().contains("panicked"),
+            "worker {}: {}",
+            p.label,
+            p.stderr()
+        );
+    }
+}
+
+/// Creates the runs table and enqueues `jobs` jobs of `api`.
+fn prepare(db: &TestDb, jobs: i64) -> Client {
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "CREATE TABLE pgqueuer_example_runs (
+                 job_id bigint NOT NULL, entrypoint text NOT NULL,
+                 started timestamptz NOT NULL, finished timestamptz NOT NULL, pid int NOT NULL)",
+        )
+        .unwrap();
+    insert_jobs(&mut client, "api", 0, jobs);
+    client
+}
+
+/// Three worker processes of eight threads each, a rate of 50 per second, 2,000 jobs: no
+/// window of a second holds more than 50 handler starts, and the run uses at least 90%
+/// of the rate (about 40 s, not 60).
+#[test]
+fn a_fleet_of_three_processes_keeps_fifty_starts_per_second() {
+    let db = TestDb::new();
+    let mut client = prepare(&db, 2_000);
+    let mut procs = fleet(
+        &db,
+        3,
+        8,
+        &["--entrypoint", "api:0:5", "--rate", "api=50/s"],
+    );
+    wait_all(&mut procs, Duration::from_secs(120));
+    let starts = starts(&mut client);
+    assert_eq!(starts.len(), 2_000, "every job ran once");
+    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    if most > 50 {
+        let t0 = starts[0];
+        let offs: Vec<String> = starts
+            .iter()
+            .map(|s| format!("{:.4}", s.duration_since(t0).unwrap().as_secs_f64()))
+            .collect();
+        std::fs::write("/tmp/starts.txt", offs.join("\n")).unwrap();
+    }
+    assert!(most <= 50, "{most} starts in one second");
+    assert_eq!(most, 50, "the rate was reached");
+    let span = starts[1_999].duration_since(starts[0]).unwrap();
+    // The first 50 start at once; the other 1,950 need 39 s at the full rate.
+    let full = Duration::from_secs_f64(1_950.0 / 50.0);
+    assert!(
+        span.as_secs_f64() * 0.9 <= full.as_secs_f64(),
+        "2,000 starts took {span:?}: less than 90% of the rate (full rate: {full:?})"
+    );
+    eprintln!(
+        "fleet at 50/s: {span:?} for 2,000 starts ({:.1}% of the rate)",
+        100.0 * full.as_secs_f64() / span.as_secs_f64()
+    );
+}
+
+/// Stacked: a concurrency limit of 3, 50 per second and 1,000 per minute, three processes.
+/// Every window holds, no more than three run at once, and the minute's window binds
+/// (the 1,001st start waits for the first to be a minute old).
+#[test]
+fn stacked_windows_and_a_concurrency_limit_hold_together() {
+    let db = TestDb::new();
+    let mut client = prepare(&db, 1_100);
+    let mut procs = fleet(
+        &db,
+        3,
+        8,
+        &[
+            "--entrypoint",
+            "api:3:20",
+            "--rate",
+            "api=50/s",
+            "--rate",
+            "api=1000/m",
+        ],
+    );
+    wait_all(&mut procs, Duration::from_secs(150));
+    let starts = starts(&mut client);
+    assert_eq!(starts.len(), 1_100, "every job ran once");
+    let second = most_in_any_window(&starts, Duration::from_secs(1));
+    assert!(second <= 50, "{second} starts in one second");
+    let minute = most_in_any_window(&starts, Duration::from_secs(60));
+    assert!(minute <= 1_000, "{minute} starts in one minute");
+    assert_eq!(minute, 1_000, "the minute's window was reached");
+    let running = most_running(&mut client);
+    assert!(running <= 3, "{running} ran at once");
+    let gap = starts[1_000].duration_since(starts[0]).unwrap();
+    assert!(
+        gap >= Duration::from_secs(60),
+        "the 1,001st start came {gap:?} after the first"
+    );
+    let span = starts[1_099].duration_since(starts[0]).unwrap();
+    assert!(
+        span <= Duration::from_secs(70),
+        "1,100 starts took {span:?}: the minute's window should be the only long wait"
+    );
+}
+
+/// A worker killed mid-run leaks no capacity: its stamps age out, its jobs are re-picked
+/// (each re-pick a start that spends a unit), and the survivor goes on at the full rate.
+#[test]
+fn a_killed_worker_leaks_no_capacity() {
+    let db = TestDb::new();
+    let mut client = prepare(&db, 300);
+    let args = [
+        "--entrypoint",
+        "api:0:200",
+        "--rate",
+        "api=20/s",
+        "--heartbeat-timeout",
+        "1",
+    ];
+    let mut victim = fleet(&db, 1, 8, &args);
+    victim[0].wait_running(Duration::from_secs(30));
+    eventually(
+        Duration::from_secs(30),
+        "the victim to start 40 jobs",
+        || scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer_example_runs") >= 40,
+    );
+    victim[0].kill9();
+    let mut survivor = fleet(&db, 1, 8, &args);
+    wait_all(&mut survivor, Duration::from_secs(60));
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'api'"
+        ),
+        0,
+        "every job ran, the killed worker's re-picked"
+    );
+    let starts = starts(&mut client);
+    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    assert!(most <= 20, "{most} starts in one second");
+    // The survivor's own starts: from its first to its last at 20 per second.
+    let theirs: Vec<SystemTime> = client
+        .query(
+            "SELECT started FROM pgqueuer_example_runs WHERE pid = $1 ORDER BY started",
+            &[&i32::try_from(survivor[0].pid()).unwrap()],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let span = theirs[theirs.len() - 1].duration_since(theirs[0]).unwrap();
+    let full = Duration::from_secs_f64((theirs.len() - 20) as f64 / 20.0);
+    assert!(
+        span.as_secs_f64() * 0.9 <= full.as_secs_f64(),
+        "the survivor's {} starts took {span:?} (full rate: {full:?})",
+        theirs.len()
+    );
+}
