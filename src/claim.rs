@@ -161,6 +161,7 @@ pub(crate) struct Statements {
     pub(crate) owned: String,
     pub(crate) slot_index: String,
     pub(crate) rates_provision: String,
+    pub(crate) rates_spend_late: String,
 }
 
 impl Statements {
@@ -177,6 +178,7 @@ impl Statements {
             owned: sql::queue_owned(settings),
             slot_index: settings.slot_index_name(),
             rates_provision: crate::sql::rates::rates_provision(settings),
+            rates_spend_late: crate::sql::rates::rate_spend_late(settings),
         })
     }
 }
@@ -852,6 +854,61 @@ impl Claimer {
             &[&rates.entrypoints, &rates.per_us, &rates.starts],
         )?;
         Ok(())
+    }
+
+    /// How late after its claim's statement was sent a job of `entrypoint` may start and
+    /// still count as the start its units recorded: the smallest guard of its windows
+    /// ([`RateLimit`]). `None` for an entrypoint without a rate limit.
+    ///
+    /// A claim stamps its units with the database's clock as it runs, so a handler that
+    /// starts within this time of sending the claim starts within it of the stamp, on
+    /// any machine's clock. One that would start later must first spend fresh units
+    /// ([`Claimer::spend_late_start`]); a worker does both.
+    pub fn start_allowance(&self, entrypoint: &str) -> Option<Duration> {
+        let rates = self.rates.as_deref()?;
+        (0..rates.entrypoints.len())
+            .filter(|&i| rates.entrypoints[i] == entrypoint)
+            .map(|i| rates.cooldown_us[i] - rates.per_us[i])
+            .min()
+            .map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)))
+    }
+
+    /// Spends, now, one unit of each of `entrypoint`'s windows for a job whose handler
+    /// could not start within [`Claimer::start_allowance`] of its claim (the units its
+    /// claim spent record a start that did not happen then, and stay spent). `None` when
+    /// spent; otherwise nothing is spent and the wait says when every window may have a
+    /// unit again. Measure the allowance again from the moment this statement was sent.
+    ///
+    /// # Errors
+    /// [`Error::Db`] when the statement fails.
+    pub fn spend_late_start(
+        &self,
+        client: &mut impl GenericClient,
+        entrypoint: &str,
+    ) -> Result<Option<Duration>> {
+        let Some(rates) = self
+            .rates
+            .as_deref()
+            .and_then(|w| w.only(&[entrypoint.to_owned()]))
+        else {
+            return Ok(None);
+        };
+        let row = client.query_one(
+            &self.statements.rates_spend_late,
+            &[
+                &rates.entrypoints,
+                &rates.per_us,
+                &rates.starts,
+                &rates.cooldown_us,
+            ],
+        )?;
+        if row.try_get::<_, bool>("spent")? {
+            return Ok(None);
+        }
+        let wait: Option<i64> = row.try_get("wait_us")?;
+        Ok(Some(Duration::from_micros(
+            wait.and_then(|us| u64::try_from(us).ok()).unwrap_or(0),
+        )))
     }
 
     /// How long until the earliest queued job of this claimer's entrypoints is due:

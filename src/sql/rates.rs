@@ -129,3 +129,36 @@ pub(crate) fn rate_spend_ctes(s: &Settings) -> [String; 3] {
         ),
     ]
 }
+
+/// A late start's own units (a worker's handler that could not start within the guard of
+/// its claim, see `worker::rate_gate`): one unit of each window bound by `$1`..`$4` (as
+/// for the claim, the windows of one entrypoint), locked and stamped now when every
+/// window lends one, none otherwise. Returns `spent`, and `wait_us`: when nothing was
+/// spent, microseconds until each window's oldest resting unit has rested (0, or NULL,
+/// where the window's rested units are all held by claims in flight).
+pub(crate) fn rate_spend_late(s: &Settings) -> String {
+    let table = s.qualify(&s.rates_table());
+    let [windows, _, _] = rate_room_ctes(s, 1);
+    format!(
+        "WITH\n{windows},\n\
+         units AS MATERIALIZED (\n    SELECT w.entrypoint, w.per_us, u.unit\n    \
+         FROM rate_windows w\n    \
+         CROSS JOIN LATERAL (\n        SELECT r.unit FROM {table} r\n        \
+         WHERE r.entrypoint = w.entrypoint AND r.per_us = w.per_us\n          \
+         AND r.started <= NOW() - w.cooldown_us * INTERVAL '1 microsecond'\n          \
+         AND r.unit < w.starts\n        \
+         ORDER BY r.started, r.unit LIMIT 1\n        FOR UPDATE SKIP LOCKED\n    ) u\n),\n\
+         whole AS (\n    SELECT (SELECT COUNT(*) FROM units) = (SELECT COUNT(*) FROM rate_windows) AS ok\n),\n\
+         spent AS (\n    UPDATE {table} r SET started = clock_timestamp()\n    \
+         FROM units u, whole\n    \
+         WHERE whole.ok AND r.entrypoint = u.entrypoint AND r.per_us = u.per_us AND r.unit = u.unit\n    \
+         RETURNING r.unit\n)\n\
+         SELECT (SELECT ok FROM whole) AS spent,\n       \
+         (SELECT GREATEST(MAX(EXTRACT(EPOCH FROM (o.oldest - clock_timestamp())) * 1000000 + w.cooldown_us), 0)::bigint\n        \
+         FROM rate_windows w\n        \
+         CROSS JOIN LATERAL (\n            SELECT MIN(x.started) AS oldest FROM {table} x\n            \
+         WHERE x.entrypoint = w.entrypoint AND x.per_us = w.per_us AND x.unit < w.starts\n              \
+         AND x.started > NOW() - w.cooldown_us * INTERVAL '1 microsecond'\n        ) o\n        \
+         WHERE NOT EXISTS (SELECT 1 FROM units u WHERE u.per_us = w.per_us)) AS wait_us"
+    )
+}

@@ -35,6 +35,7 @@ use super::jitter::Jitter;
 use super::ledger::Ledger;
 use super::limits::LimitWatch;
 use super::loop_conn::LoopConn;
+use super::rate_gate::RateGate;
 use super::stats::{Lost, Stats};
 use crate::claim::{Claim, LostRace, NextWake};
 use crate::job::Job;
@@ -85,6 +86,8 @@ pub(crate) struct Dispatcher<'a> {
     pub(crate) fatal: std::sync::Mutex<Option<crate::Error>>,
     /// The primary lane's state while no thread leads (see [`Dispatcher::take_lead`]).
     pub(crate) parked_lead: std::sync::Mutex<Option<Lead<'a>>>,
+    /// When each rate-limited job was claimed, for its start.
+    pub(crate) rate_gate: &'a RateGate,
 }
 
 /// The primary lane's own state. It moves with the lead: whichever thread leads runs the
@@ -553,6 +556,9 @@ impl<'a> Dispatcher<'a> {
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         self.ledger.unreserve(take - taken);
         if let Ok(claim) = &claimed {
+            if config.claimer.is_rate_limited() {
+                self.rate_gate.claimed(config, &claim.jobs, started);
+            }
             let lost = match claim.lost {
                 Some(LostRace::Slot) => Some(Lost::SlotRace),
                 Some(LostRace::Deadlock) => Some(Lost::Deadlock),

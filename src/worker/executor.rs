@@ -12,6 +12,7 @@ use super::entrypoint::{Context, JobError, OnFailure, Registered};
 use super::jitter::Jitter;
 use super::ledger::Ledger;
 use super::outcomes::Requeue;
+use super::rate_gate::RateGate;
 use super::stats::Stats;
 use crate::claim::Outcome;
 use crate::error::chain;
@@ -35,6 +36,8 @@ pub(crate) struct Executor<'a> {
     pub(crate) deadlines: Option<&'a Deadlines>,
     /// Once shutdown is requested, a job that has not started goes back to the queue.
     pub(crate) shutdown: &'a ShutdownHandle,
+    /// Where a rate-limited job's start is checked against its claim.
+    pub(crate) rate_gate: &'a RateGate,
 }
 
 /// How a job ended, as the executor reports it.
@@ -133,6 +136,12 @@ impl Executor<'_> {
         let config = self.config;
         let canceled = || Verdict::End(Status::Canceled, None);
         let stop = self.ledger.stop_of(job.id).unwrap_or_default();
+        if !self
+            .rate_gate
+            .start(config, self.shutdown, job, || stop.is_cancelled())
+        {
+            return Verdict::Release;
+        }
         if stop.is_cancelled() {
             // Not started, and its row gone or another worker's: `cancel` deleted the row
             // and logged `canceled` itself, and another owner runs it. Giving it back

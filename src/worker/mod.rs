@@ -27,6 +27,7 @@ mod liveness;
 mod loop_conn;
 mod outcomes;
 mod owned;
+mod rate_gate;
 mod room;
 mod runner;
 mod stats;
@@ -174,6 +175,7 @@ impl Worker {
         let config = &*self.config;
         let shutdown = &self.shutdown;
         let doorbell = Doorbell::new();
+        let rate_gate = rate_gate::RateGate::default();
         let ledger = Ledger::new(
             config.threads,
             config.claim_ahead,
@@ -202,8 +204,10 @@ impl Worker {
             slot_shift: (config.claimer.worker_id().as_u128() >> 75) as f64 / (1u64 << 53) as f64,
             fatal: std::sync::Mutex::new(None),
             parked_lead: std::sync::Mutex::new(None),
+            rate_gate: &rate_gate,
         };
         let executor = Executor {
+            rate_gate: &rate_gate,
             config,
             ledger: &ledger,
             doorbell: &doorbell,

@@ -53,6 +53,19 @@ fn claims_spend_units_and_say_when_the_next_start_is_allowed() {
         wait > Duration::ZERO && wait <= per + Duration::from_millis(12),
         "the next start is within a window and its guard: {wait:?}"
     );
+    // A start later than the allowance spends units of its own; none is free now.
+    assert_eq!(
+        claimer.start_allowance("api"),
+        Some(Duration::from_millis(12))
+    );
+    let late = claimer
+        .spend_late_start(&mut client, "api")
+        .unwrap()
+        .expect("no unit is free for a late start");
+    assert!(
+        late > Duration::ZERO && late <= wait,
+        "{late:?} (claim: {wait:?})"
+    );
     std::thread::sleep(wait);
     let claim = claimer.claim(&mut conn, 10).unwrap();
     assert!(
@@ -66,9 +79,20 @@ fn claims_spend_units_and_say_when_the_next_start_is_allowed() {
         .complete(&mut conn, &success(ids[5..10].to_vec()))
         .unwrap();
     std::thread::sleep(per + Duration::from_millis(20));
+    // A late start spends one unit: four are left for the claim.
+    assert_eq!(claimer.spend_late_start(&mut client, "api").unwrap(), None);
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM pgqueuer_rs_rates WHERE started > now() - interval '300 ms'"
+        ),
+        1,
+        "the late start stamped one unit"
+    );
     let claim = claimer.claim(&mut conn, 10).unwrap();
     assert_eq!(claim.jobs.len(), 2);
     assert_eq!(claim.rate_wait, None, "no due job is left behind");
+    assert_eq!(claimer.start_allowance("mail"), None);
 }
 
 /// Bad limits are refused when the claimer or worker is built, naming what is wrong.
@@ -241,14 +265,6 @@ fn a_fleet_of_three_processes_keeps_fifty_starts_per_second() {
     let starts = starts(&mut client);
     assert_eq!(starts.len(), 2_000, "every job ran once");
     let most = most_in_any_window(&starts, Duration::from_secs(1));
-    if most > 50 {
-        let t0 = starts[0];
-        let offs: Vec<String> = starts
-            .iter()
-            .map(|s| format!("{:.4}", s.duration_since(t0).unwrap().as_secs_f64()))
-            .collect();
-        std::fs::write("/tmp/starts.txt", offs.join("\n")).unwrap();
-    }
     assert!(most <= 50, "{most} starts in one second");
     assert_eq!(most, 50, "the rate was reached");
     let span = starts[1_999].duration_since(starts[0]).unwrap();
@@ -291,7 +307,12 @@ fn stacked_windows_and_a_concurrency_limit_hold_together() {
     assert!(second <= 50, "{second} starts in one second");
     let minute = most_in_any_window(&starts, Duration::from_secs(60));
     assert!(minute <= 1_000, "{minute} starts in one minute");
-    assert_eq!(minute, 1_000, "the minute's window was reached");
+    // A handler that starts later than its claim's guard spends a unit more (see
+    // `Claimer::spend_late_start`): a few units of the minute may go to such starts.
+    assert!(
+        minute >= 980,
+        "the minute's window was nearly reached: {minute}"
+    );
     let running = most_running(&mut client);
     assert!(running <= 3, "{running} ran at once");
     let gap = starts[1_000].duration_since(starts[0]).unwrap();
@@ -321,7 +342,6 @@ fn a_killed_worker_leaks_no_capacity() {
         "1",
     ];
     let mut victim = fleet(&db, 1, 8, &args);
-    victim[0].wait_running(Duration::from_secs(30));
     eventually(
         Duration::from_secs(30),
         "the victim to start 40 jobs",
