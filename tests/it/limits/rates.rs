@@ -379,3 +379,206 @@ fn a_killed_worker_leaks_no_capacity() {
         theirs.len()
     );
 }
+
+/// Every unit spent, as a trigger of the test's own on the rates table keeps it (a claim
+/// rolled back takes its rows with it).
+const STAMPS_DDL: &str = "\
+    CREATE TABLE stamps (per_us bigint NOT NULL, unit int NOT NULL, started timestamptz NOT NULL);
+    CREATE FUNCTION keep_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN INSERT INTO stamps VALUES (NEW.per_us, NEW.unit, NEW.started); RETURN NEW; END $$;
+    CREATE TRIGGER keep_stamp AFTER UPDATE ON pgqueuer_rs_rates
+        FOR EACH ROW EXECUTE FUNCTION keep_stamp();";
+
+/// The most units spent in any window of `per` (on the database's clock), and how many
+/// were spent in all.
+fn stamps_in_window(client: &mut Client, per: Duration) -> (i64, i64) {
+    let per_us = i64::try_from(per.as_micros()).unwrap();
+    let row = client
+        .query_one(
+            "SELECT COALESCE(max(n), 0), count(*) FROM (\
+                 SELECT count(*) OVER (ORDER BY started RANGE BETWEEN CURRENT ROW AND \
+                 ($1::bigint - 1) * interval '1 microsecond' FOLLOWING) AS n \
+                 FROM stamps WHERE per_us = $1) w",
+            &[&per_us],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// A small deterministic generator for the racers' choices.
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Two claim lanes (claimers on connections of their own, each holding its claim open a
+/// moment before it commits or rolls back) race two worker processes for one rate, while
+/// urgent jobs arrive mid-claim. In each of 20 runs, no window holds more units spent
+/// than the rate allows, the rate bound, and both the lanes and the processes won units.
+#[test]
+fn racing_lanes_and_processes_with_urgent_arrivals_keep_the_rate() {
+    let db = TestDb::new();
+    let mut client = prepare(&db, 0);
+    client.batch_execute(STAMPS_DDL).unwrap();
+    let per = Duration::from_millis(200);
+    let limit = RateLimit::new(10, per);
+    let claimer = Claimer::builder()
+        .entrypoint("api", 0)
+        .rate_limit("api", limit)
+        .build()
+        .unwrap();
+    claimer.provision_rate_limits(&mut client).unwrap();
+    for run in 0..20 {
+        client
+            .batch_execute("TRUNCATE stamps, pgqueuer_example_runs; DELETE FROM pgqueuer")
+            .unwrap();
+        insert_jobs(&mut client, "api", 0, 300);
+        let mut procs = fleet(
+            &db,
+            2,
+            4,
+            &["--entrypoint", "api:0:1", "--rate", "api=10/200ms"],
+        );
+        let until = Instant::now() + Duration::from_millis(1_500);
+        let lanes: Vec<_> = (0..2u64)
+            .map(|lane| {
+                let (claimer, mut c) = (claimer.clone(), db.client());
+                std::thread::spawn(move || {
+                    let mut dice = Dice(0x9E37_79B9 ^ (run << 8) ^ (lane + 1));
+                    let mut started = 0;
+                    while Instant::now() < until {
+                        let mut tx = c.transaction().unwrap();
+                        let n = claimer.claim_in(&mut tx, 1 + dice.below(4) as usize);
+                        let n = n.unwrap().jobs.len();
+                        std::thread::sleep(Duration::from_millis(dice.below(4)));
+                        if dice.below(4) == 0 {
+                            tx.rollback().unwrap();
+                        } else {
+                            tx.commit().unwrap();
+                            started += n;
+                        }
+                    }
+                    started
+                })
+            })
+            .collect();
+        let mut injector = db.client();
+        while Instant::now() < until {
+            insert_jobs(&mut injector, "api", 100, 1);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let by_lanes: Vec<usize> = lanes.into_iter().map(|l| l.join().unwrap()).collect();
+        for p in &mut procs {
+            let status = p.terminate();
+            assert!(status.success(), "{}: {status} {}", p.label, p.stderr());
+        }
+        let (most, spent) = stamps_in_window(&mut client, per);
+        assert!(most <= 10, "run {run}: {most} units spent in one window");
+        assert!(
+            spent >= 40,
+            "run {run}: only {spent} units spent: the rate never bound"
+        );
+        assert!(
+            by_lanes.iter().sum::<usize>() > 0,
+            "run {run}: a lane started nothing: {by_lanes:?}"
+        );
+        let by_procs: i64 = scalar(
+            &mut client,
+            "SELECT count(DISTINCT pid) FROM pgqueuer_example_runs",
+        );
+        // Which racer wins a unit is chance; the lanes and the processes both won some.
+        assert!(by_procs >= 1, "run {run}: no process started a job");
+    }
+}
+
+/// A server of the test's own crashes (immediate stop) and starts again under two rate-
+/// limited worker processes, within the first window: the units spent before the crash
+/// still count after it, so no window of handler starts holds more than the rate.
+#[test]
+fn a_server_crash_mid_run_keeps_the_rate() {
+    let server =
+        crate::harness::Throwaway::new(&[]).unwrap_or_else(|e| panic!("throwaway server: {e}"));
+    server
+        .admin()
+        .batch_execute("CREATE DATABASE rates")
+        .unwrap();
+    let dsn = server.dsn("rates");
+    let connect = || {
+        server
+            .server
+            .config("rates")
+            .connect(pgqueuer::postgres::NoTls)
+            .unwrap()
+    };
+    let mut client = connect();
+    pgqueuer::upgrade(&mut client).unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE pgqueuer_example_runs (
+                 job_id bigint NOT NULL, entrypoint text NOT NULL,
+                 started timestamptz NOT NULL, finished timestamptz NOT NULL, pid int NOT NULL)",
+        )
+        .unwrap();
+    insert_jobs(&mut client, "api", 0, 60);
+    let args: Vec<String> = [
+        "--threads",
+        "4",
+        "--record",
+        "--quiet",
+        "--drain",
+        "--heartbeat-timeout",
+        "5",
+        "--entrypoint",
+        "api:0:5",
+        "--rate",
+        "api=20/5s",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut procs: Vec<Proc> = (0..2)
+        .map(|i| Proc::spawn(&format!("w{i}"), &dsn, &args))
+        .collect();
+    eventually(Duration::from_secs(30), "the first window's starts", || {
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer_example_runs") >= 20
+    });
+    drop(client);
+    server.crash().unwrap();
+    server.start().unwrap();
+    let mut client = connect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for p in &mut procs {
+        while p.running() {
+            assert!(
+                Instant::now() < deadline,
+                "{} still running: {}",
+                p.label,
+                p.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !p.stderr().contains("panicked"),
+            "{}: {}",
+            p.label,
+            p.stderr()
+        );
+    }
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer"),
+        0,
+        "every job ran"
+    );
+    let starts = starts(&mut client);
+    assert!(starts.len() >= 60, "{} runs recorded", starts.len());
+    // Back within the first window: units forgotten in the crash would start a second
+    // batch of 20 in it.
+    let most = most_in_any_window(&starts, Duration::from_secs(5));
+    assert!(most <= 20, "{most} starts in five seconds");
+}
