@@ -12,7 +12,7 @@
 //!   the floor's batch (default 128), `PGQ_BENCH_FLOOR_CONNECTIONS` further connection
 //!   counts for the floor with the log rows (say `3,4`; it always runs 1 and 2);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of
-//!   `flow,drain,floor,limits,limits-drain,latency,memory,pgbouncer`,
+//!   `flow,drain,floor,limits,limits-drain,rates,latency,tls,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI;
@@ -40,6 +40,9 @@
 //!   competes with the worker for the machine's two cores. A binding limit (no more than
 //!   the threads) gets a second row: its bound, the limit over the median commit latency,
 //!   and the fraction of it the drain reached.
+//! - rates: the PgQueuer flow unlimited and with a rate limit that does not bind
+//!   (100,000/s), alternately, three rounds each (medians and their ratio); then a rate
+//!   of 500/s that binds, against the rate.
 //! - latency: enqueue-to-handler-start on an idle worker (one job at a time) and under a
 //!   steady trickle of 200 jobs/s, after three warm-up jobs (the producer's first
 //!   enqueues open pool connections: 2 of 200 jobs, they once made the whole p99). The
@@ -60,7 +63,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pgqueuer::postgres::{Client, Config, NoTls};
-use pgqueuer::{Entrypoint, NewJob, Pool, Pooler, Queue, Worker};
+use pgqueuer::{Entrypoint, NewJob, Pool, Pooler, Queue, RateLimit, Worker};
 
 #[allow(
     dead_code,
@@ -190,24 +193,51 @@ struct Row {
     note: String,
 }
 
+/// The limits of a shape's entrypoint: a concurrency limit (0: none) and a rate limit.
+#[derive(Clone, Copy)]
+struct Limit {
+    concurrency: u32,
+    rate: Option<RateLimit>,
+}
+
+impl From<u32> for Limit {
+    fn from(concurrency: u32) -> Limit {
+        Limit {
+            concurrency,
+            rate: None,
+        }
+    }
+}
+
+impl From<RateLimit> for Limit {
+    fn from(rate: RateLimit) -> Limit {
+        Limit {
+            concurrency: 0,
+            rate: Some(rate),
+        }
+    }
+}
+
 fn worker(
     pool: &Pool,
     threads: usize,
     batch: usize,
-    limit: u32,
+    limit: impl Into<Limit>,
     counter: &Arc<AtomicU64>,
 ) -> Worker {
     let counter = counter.clone();
+    let limit = limit.into();
+    let mut entrypoint = Entrypoint::new("fetch").concurrency_limit(limit.concurrency);
+    if let Some(rate) = limit.rate {
+        entrypoint = entrypoint.rate_limit(rate.starts(), rate.per());
+    }
     Worker::builder(pool.clone())
         .threads(threads)
         .batch_size(batch)
-        .entrypoint(
-            Entrypoint::new("fetch").concurrency_limit(limit),
-            move |_job, _ctx| {
-                counter.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            },
-        )
+        .entrypoint(entrypoint, move |_job, _ctx| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
         .build()
         .unwrap()
 }
@@ -223,7 +253,7 @@ fn flow(
     batch: usize,
     producers: usize,
     producer_batch: usize,
-    limit: u32,
+    limit: impl Into<Limit>,
     window: Duration,
 ) -> (f64, u64, String) {
     let pool = db.pool(u32::try_from(producers).unwrap() + 4);
@@ -251,7 +281,7 @@ fn flow_on(
     batch: usize,
     producers: usize,
     producer_batch: usize,
-    limit: u32,
+    limit: impl Into<Limit>,
     window: Duration,
 ) -> (f64, u64, String) {
     let pool = pool.clone();
@@ -515,7 +545,13 @@ fn floor(db: &BenchDb, jobs: usize, batch: i32, lanes: usize, log: bool) -> (f64
 }
 
 /// `jobs` queued up front, then one worker drains them; jobs per second to empty.
-fn drain(db: &BenchDb, jobs: usize, threads: usize, batch: usize, limit: u32) -> (f64, String) {
+fn drain(
+    db: &BenchDb,
+    jobs: usize,
+    threads: usize,
+    batch: usize,
+    limit: impl Into<Limit>,
+) -> (f64, String) {
     let pool = db.pool(4);
     db.reset(&pool);
     fill(db, jobs);
@@ -650,7 +686,7 @@ fn main() {
     let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
     let shapes: String = env_or(
         "PGQ_BENCH_SHAPES",
-        "flow,drain,floor,limits,limits-drain,latency,tls,memory,pgbouncer".to_owned(),
+        "flow,drain,floor,limits,limits-drain,rates,latency,tls,memory,pgbouncer".to_owned(),
     );
     let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
     let durability = match std::env::var("PGQ_BENCH_DURABILITY") {
@@ -766,6 +802,51 @@ fn main() {
             rates[1] / rates[0],
             "ratio",
             "target >= 0.5".into(),
+        );
+    }
+    if wants("rates") {
+        // PgQueuer's flow shape, alternately without a limit and with a rate limit that
+        // does not bind (100,000 a second, above what the flow reaches), three rounds;
+        // then a rate that binds, against the starts it allows in the window.
+        let free = RateLimit::per_second(100_000);
+        let (mut unlimited, mut loose) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            unlimited.push(flow(&db, 16, 10, 1, 10, 0, window).0);
+            loose.push(flow(&db, 16, 10, 1, 10, free, window).0);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (unlimited, loose) = (median(&mut unlimited), median(&mut loose));
+        record(
+            "rates: unlimited (median of 3)".into(),
+            unlimited,
+            "jobs/s",
+            String::new(),
+        );
+        record(
+            format!("rates: {free}, not binding (median of 3)"),
+            loose,
+            "jobs/s",
+            String::new(),
+        );
+        record(
+            format!("rates: {free} / unlimited"),
+            loose / unlimited,
+            "ratio",
+            "target >= 0.8 (a rate limit that does not bind)".into(),
+        );
+        let binding = RateLimit::per_second(500);
+        let (rate, backlog, _) = flow(&db, 16, 10, 1, 10, binding, window);
+        record(
+            format!("rates: {binding}, binding"),
+            rate,
+            "jobs/s",
+            format!(
+                "backlog after: {backlog}; {:.1}% of the rate (target >= 95%)",
+                100.0 * rate / 500.0
+            ),
         );
     }
     if wants("floor") {
