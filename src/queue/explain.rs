@@ -68,6 +68,10 @@ pub enum Explanation {
         /// entrypoint is limited, and with as many holders as its limit the limit is full:
         /// the job waits for one of them to end.
         holders: Vec<SlotHolder>,
+        /// Where every unit of one of its entrypoint's rate-limit windows is resting: how
+        /// long until the next start is allowed (the window's units in the rates table,
+        /// which workers declaring rate limits keep; see [`crate::RateLimit`]).
+        rate_wait: Option<Duration>,
     },
 }
 
@@ -167,13 +171,35 @@ impl Queue {
                         })
                     })
                     .collect::<Result<_>>()?;
+                let rate_wait = self.rate_wait(&job.entrypoint)?;
                 Explanation::Waiting {
                     job,
                     ahead: u64::try_from(ahead).unwrap_or(0),
                     holders,
+                    rate_wait,
                 }
             }
         })
+    }
+}
+
+impl Queue {
+    /// How long until `entrypoint`'s rate limits allow a start, if they hold it back now;
+    /// `None` also where the rates table does not exist (a schema PgQueuer made alone).
+    fn rate_wait(&self, entrypoint: &str) -> Result<Option<Duration>> {
+        let exists = self.query(
+            crate::sql::rates::RATES_EXIST,
+            &[
+                (&self.sql.rates_table, Type::TEXT),
+                (&self.sql.rates_schema, Type::TEXT),
+            ],
+        )?;
+        if !exists.first().map_or(Ok(false), |r| r.try_get(0))? {
+            return Ok(None);
+        }
+        let rows = self.query(&self.sql.rate_next_start, &[(&entrypoint, Type::TEXT)])?;
+        let wait: Option<i64> = rows.first().map_or(Ok(None), |r| r.try_get(0))?;
+        Ok(wait.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
     }
 }
 
@@ -263,8 +289,16 @@ impl fmt::Display for Explanation {
                 job,
                 ahead,
                 holders,
+                rate_wait,
             } => {
                 write!(f, "job {} ({}) is due and waiting", job.id, job.entrypoint)?;
+                if let Some(wait) = rate_wait {
+                    write!(
+                        f,
+                        "; waiting for the rate limit, next start in {} ms",
+                        wait.as_millis()
+                    )?;
+                }
                 if *ahead > 0 {
                     write!(
                         f,
@@ -276,7 +310,7 @@ impl fmt::Display for Explanation {
                 let slotted: Vec<&SlotHolder> =
                     holders.iter().filter(|h| h.slot.is_some()).collect();
                 if slotted.is_empty() {
-                    if *ahead == 0 {
+                    if *ahead == 0 && rate_wait.is_none() {
                         write!(
                             f,
                             "; it is next in line, and starts when a worker serving {:?} \

@@ -33,6 +33,11 @@ pub(crate) struct QueueSql {
     pub(crate) count_ahead: String,
     /// `queue_select_holders`: the picked jobs of entrypoint `$1`, by slot.
     pub(crate) select_holders: String,
+    /// `rates_next_start`: how long until entrypoint `$1`'s rate limits allow a start.
+    pub(crate) rate_next_start: String,
+    /// The rates table's bare name and schema (to see whether it exists).
+    pub(crate) rates_table: String,
+    pub(crate) rates_schema: Option<String>,
     /// `queue_select`: the rows with ids `$1`.
     pub(crate) select: String,
     /// `queue_requeue_failed`: put held rows of `$1` back in the queue, log `queued`.
@@ -66,6 +71,9 @@ impl QueueSql {
             explain_job: queue_explain_job(s),
             count_ahead: queue_count_ahead(s),
             select_holders: queue_select_holders(s),
+            rate_next_start: super::rates::rates_next_start(s),
+            rates_table: s.rates_table(),
+            rates_schema: s.schema.clone(),
             select: queue_select(s),
             requeue_failed: queue_requeue_failed(s),
             log_select_latest: log_select_latest(s),

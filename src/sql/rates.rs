@@ -162,3 +162,22 @@ pub(crate) fn rate_spend_late(s: &Settings) -> String {
          WHERE NOT EXISTS (SELECT 1 FROM units u WHERE u.per_us = w.per_us)) AS wait_us"
     )
 }
+
+/// For `explain`: microseconds until every window of entrypoint `$1 text` that has units
+/// in the table has one rested (its length and guard, as `crate::rate` sets them, after
+/// its oldest resting unit was spent); NULL when some unit of each window is free now
+/// (or the entrypoint has no units). The table knows the units, not the limits workers
+/// declare: units left by a larger limit count as free.
+pub(crate) fn rates_next_start(s: &Settings) -> String {
+    let table = s.qualify(&s.rates_table());
+    format!(
+        "SELECT MAX(wait_us)::bigint FROM (\n    \
+         SELECT CASE WHEN COUNT(*) FILTER (WHERE started > resting_since) >= COUNT(*)\n        \
+         THEN EXTRACT(EPOCH FROM (MIN(started) FILTER (WHERE started > resting_since) - resting_since)) * 1000000\n        \
+         END AS wait_us\n    \
+         FROM (SELECT per_us, started,\n                 \
+         now() - (per_us + LEAST(per_us / 50, 20000)) * INTERVAL '1 microsecond' AS resting_since\n          \
+         FROM {table} WHERE entrypoint = $1::text) u\n    \
+         GROUP BY per_us, resting_since\n) w"
+    )
+}

@@ -328,9 +328,11 @@ fn explanation_json(e: &Explanation) -> Value {
             job,
             ahead,
             holders,
+            rate_wait,
         } => {
             out["job"] = Value::Object(row_json(job));
             out["ahead"] = json!(ahead);
+            out["rate_wait_seconds"] = json!(rate_wait.map(|w| w.as_secs_f64()));
             out["holders"] = holders
                 .iter()
                 .map(|h| {

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use pgqueuer::postgres::Client;
-use pgqueuer::{Claimer, RateLimit};
+use pgqueuer::{Claimer, Explanation, RateLimit};
 
 use crate::claim::{insert_jobs, success};
 use crate::faults::process::Proc;
@@ -93,6 +93,60 @@ fn claims_spend_units_and_say_when_the_next_start_is_allowed() {
     assert_eq!(claim.jobs.len(), 2);
     assert_eq!(claim.rate_wait, None, "no due job is left behind");
     assert_eq!(claimer.start_allowance("mail"), None);
+}
+
+/// `explain` says when a rate limit holds a due job back: "waiting for the rate limit,
+/// next start in X ms", from the units in the rates table; nothing of the kind while a
+/// unit is free.
+#[test]
+fn explain_says_when_the_rate_allows_the_next_start() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let ids = insert_jobs(&mut client, "api", 0, 3);
+    let queue = pgqueuer::Queue::new(db.pool(1));
+    let claimer = Claimer::builder()
+        .entrypoint("api", 0)
+        .rate_limit("api", RateLimit::new(2, Duration::from_secs(60)))
+        .build()
+        .unwrap();
+    claimer.provision_rate_limits(&mut client).unwrap();
+    let said = queue.explain(ids[0]).unwrap().to_string();
+    assert!(!said.contains("rate limit"), "{said}");
+    let pool = db.pool(1);
+    assert_eq!(
+        claimer
+            .claim(&mut pool.get().unwrap(), 10)
+            .unwrap()
+            .jobs
+            .len(),
+        2
+    );
+    let explained = queue.explain(ids[2]).unwrap();
+    let said = explained.to_string();
+    let Explanation::Waiting { rate_wait, .. } = explained else {
+        panic!("{said}");
+    };
+    let wait = rate_wait.expect("the rate holds the job back");
+    assert!(
+        wait > Duration::from_secs(55) && wait <= Duration::from_millis(60_020),
+        "{wait:?}"
+    );
+    assert!(
+        said.contains(&format!(
+            "waiting for the rate limit, next start in {} ms",
+            wait.as_millis()
+        )),
+        "{said}"
+    );
+    // A schema without the rates table (PgQueuer's alone) explains as before.
+    client
+        .batch_execute("DROP TABLE pgqueuer_rs_rates")
+        .unwrap();
+    let said = queue.explain(ids[2]).unwrap().to_string();
+    assert!(
+        said.contains("is due and waiting") && !said.contains("rate"),
+        "{said}"
+    );
 }
 
 /// Bad limits are refused when the claimer or worker is built, naming what is wrong.
