@@ -162,6 +162,7 @@ pub(crate) struct Statements {
     pub(crate) slot_index: String,
     pub(crate) rates_provision: String,
     pub(crate) rates_spend_late: String,
+    pub(crate) rates_in_use: String,
 }
 
 impl Statements {
@@ -179,6 +180,7 @@ impl Statements {
             slot_index: settings.slot_index_name(),
             rates_provision: crate::sql::rates::rates_provision(settings),
             rates_spend_late: crate::sql::rates::rate_spend_late(settings),
+            rates_in_use: crate::sql::rates::rates_in_use(settings),
         })
     }
 }
@@ -785,6 +787,40 @@ impl Claimer {
         .collect()
     }
 
+    /// Per rate-limit window of this claimer (entrypoint, window, units spent within the
+    /// last window fleet-wide, jobs picked within it by workers that spent no unit): see
+    /// `sql::rates::rates_in_use`.
+    pub(crate) fn rates_in_use(
+        &self,
+        conn: &mut Conn,
+    ) -> Result<Vec<(String, Duration, u64, u64)>> {
+        let Some(rates) = self.rates.as_deref() else {
+            return Ok(Vec::new());
+        };
+        conn.query_cached(
+            &self.statements.rates_in_use,
+            &[
+                (&rates.entrypoints, Type::TEXT_ARRAY),
+                (&rates.per_us, Type::INT8_ARRAY),
+            ],
+        )?
+        .iter()
+        .map(|row| {
+            let count = |column: &str| -> Result<u64> {
+                let n: i64 = row.try_get(column)?;
+                Ok(u64::try_from(n).unwrap_or(0))
+            };
+            let per_us: i64 = row.try_get("per_us")?;
+            Ok((
+                row.try_get("entrypoint")?,
+                Duration::from_micros(u64::try_from(per_us).unwrap_or(0)),
+                count("spent")?,
+                count("undeclared")?,
+            ))
+        })
+        .collect()
+    }
+
     /// True when every limited entrypoint of this claimer has `margin` slots to spare
     /// beyond `in_use` (a claim's [`Claim::in_use`]): none of its limits binds for a
     /// while. True without limits; false for an `in_use` of another claimer.
@@ -900,6 +936,7 @@ impl Claimer {
                 &rates.per_us,
                 &rates.starts,
                 &rates.cooldown_us,
+                &self.worker_id,
             ],
         )?;
         if row.try_get::<_, bool>("spent")? {

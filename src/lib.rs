@@ -134,8 +134,8 @@ pub use settings::{Durability, Settings};
 pub use shutdown::ShutdownHandle;
 pub use worker::{
     BoxError, Context, Entrypoint, EntrypointStats, FencingToken, HandlerResult, JobError,
-    LimitStats, OnFailure, Retry, RetryPolicy, RunSummary, RunningWorker, StatsHandle, TimingStats,
-    Worker, WorkerBuilder, WorkerHealth, WorkerStats,
+    LimitStats, OnFailure, RateStats, Retry, RetryPolicy, RunSummary, RunningWorker, StatsHandle,
+    TimingStats, Worker, WorkerBuilder, WorkerHealth, WorkerStats,
 };
 
 /// Re-exported so users need not match versions by hand.

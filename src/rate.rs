@@ -184,7 +184,7 @@ impl fmt::Display for RateLimit {
             (1_000, "s"),
         ]
         .into_iter()
-        .find(|(size, _)| ms >= *size && ms % size == 0)
+        .find(|(size, _)| ms >= *size && ms.is_multiple_of(*size))
         .map_or((ms, "ms"), |(size, unit)| (ms / size, unit));
         if amount == 1 {
             write!(f, "{}/{unit}", self.starts)

@@ -102,6 +102,52 @@ pub fn slots_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Re
         .collect()
 }
 
+/// One rate-limit window's use (one row of [`rates_in_use`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateUse {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// The window's length.
+    pub per: Duration,
+    /// Starts within the last window, by every worker that declares it.
+    pub starts_in_window: u64,
+    /// The window's units: the starts it allows, for the largest limit declared for this
+    /// entrypoint and window since its units were made (units are never taken away, so a
+    /// limit lowered since shows its old value here).
+    pub units: u64,
+}
+
+/// The rate in use of every rate-limit window with units in the rates table, by
+/// entrypoint and window; empty where the table does not exist (a schema PgQueuer made).
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`].
+pub fn rates_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Result<Vec<RateUse>> {
+    settings.validate()?;
+    let name = settings.rates_table();
+    let exists = connect::query_one_alone(
+        client,
+        crate::sql::rates::RATES_EXIST,
+        &[(&name, Type::TEXT), (&settings.schema, Type::TEXT)],
+    )?;
+    if !exists.try_get::<_, bool>(0)? {
+        return Ok(Vec::new());
+    }
+    connect::query_alone(client, &crate::sql::rates::rates_by_window(settings), &[])?
+        .iter()
+        .map(|row| {
+            let per_us: i64 = row.try_get("per_us")?;
+            Ok(RateUse {
+                entrypoint: row.try_get("entrypoint")?,
+                per: Duration::from_micros(u64::try_from(per_us).unwrap_or(0)),
+                starts_in_window: count_of(row, "spent")?,
+                units: count_of(row, "units")?,
+            })
+        })
+        .collect()
+}
+
 /// A [`limit_audit`] resolution for its clock sweep that covers a commit or a short lock
 /// wait: overlaps of one slot's runs by the log's timestamps shorter than this are not
 /// counted in [`AuditedEntrypoint::clock_peak`].

@@ -55,8 +55,8 @@ use crate::time::python_time;
 pub use health::{Health, HealthOptions, Reason as HealthReason, Verdict, health};
 pub use insight::{
     AUDIT_RESOLUTION, ActiveWorker, AuditedEntrypoint, ConnectionTls, LimitAudit, QueueAge,
-    SlotUse, StaleJob, Throughput, active_workers, connection_tls, limit_audit, queue_age,
-    slots_in_use, stale_jobs, throughput,
+    RateUse, SlotUse, StaleJob, Throughput, active_workers, connection_tls, limit_audit, queue_age,
+    rates_in_use, slots_in_use, stale_jobs, throughput,
 };
 pub use prometheus::prometheus_text;
 pub use statistics::{Aggregation, Pruned, aggregate_log, prune_log};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use postgres::types::Type;
 use postgres::{GenericClient, Row};
 
-use super::{SlotUse, count_of, micros_of, slots_in_use};
+use super::{SlotUse, count_of, micros_of, rates_in_use, slots_in_use};
 use crate::connect;
 #[cfg(doc)]
 use crate::error::Error;
@@ -28,7 +28,8 @@ pub(crate) const PROMETHEUS_LOG_WINDOW: Duration = Duration::from_secs(300);
 /// gives the same counts without writing, so a scrape never changes the database.
 /// Then the figures no peer exports: slots held and the highest slot per limited
 /// entrypoint (`pgqueuer_slots_in_use`, `pgqueuer_slot_limit_evidence`: the smallest
-/// limit the worker holding that slot can have declared), the longest wait of an
+/// limit the worker holding that slot can have declared), the rate in use against each
+/// rate limit (`pgqueuer_rate_starts`, `pgqueuer_rate_limit_starts`), the longest wait of an
 /// eligible queued job (`pgqueuer_oldest_queued_age_seconds`), picked jobs without a
 /// heartbeat for `stale_after` (`pgqueuer_stale_picked_jobs`), and log rows awaiting
 /// aggregation (`pgqueuer_unaggregated_log_rows`).
@@ -58,6 +59,7 @@ pub fn prometheus_text<C: GenericClient>(
         &[(&window_us, Type::INT8), (&priorities, Type::INT4_ARRAY)],
     )?;
     let slots = slots_in_use(client, settings)?;
+    let rates = rates_in_use(client, settings)?;
     let health = connect::query_one_alone(
         client,
         &sql::queue_health(settings),
@@ -121,6 +123,36 @@ pub fn prometheus_text<C: GenericClient>(
             "pgqueuer_slot_limit_evidence{{entrypoint=\"{}\"}} {}",
             label_value(&slot.entrypoint),
             slot.highest.unwrap_or(-1) + 1
+        );
+    }
+    series(
+        &mut out,
+        "pgqueuer_rate_starts",
+        "Starts within the last window of a rate limit, by every worker declaring it, per \
+         entrypoint and window length.",
+    );
+    for rate in &rates {
+        let _ = writeln!(
+            out,
+            "pgqueuer_rate_starts{{entrypoint=\"{}\",window_seconds=\"{}\"}} {}",
+            label_value(&rate.entrypoint),
+            rate.per.as_secs_f64(),
+            rate.starts_in_window
+        );
+    }
+    series(
+        &mut out,
+        "pgqueuer_rate_limit_starts",
+        "The starts a rate limit allows in its window (its units: the largest limit declared \
+         since they were made), per entrypoint and window length.",
+    );
+    for rate in &rates {
+        let _ = writeln!(
+            out,
+            "pgqueuer_rate_limit_starts{{entrypoint=\"{}\",window_seconds=\"{}\"}} {}",
+            label_value(&rate.entrypoint),
+            rate.per.as_secs_f64(),
+            rate.units
         );
     }
     series(

@@ -18,6 +18,7 @@ pub(crate) fn rates_create(s: &Settings) -> String {
          per_us bigint NOT NULL CHECK (per_us > 0),\n    \
          unit integer NOT NULL CHECK (unit >= 0),\n    \
          started timestamptz NOT NULL DEFAULT '-infinity',\n    \
+         worker uuid,\n    \
          PRIMARY KEY (entrypoint, per_us, unit)\n);\n\
          CREATE INDEX IF NOT EXISTS {name}_next_idx ON {table} (entrypoint, per_us, started, unit);\n"
     )
@@ -102,7 +103,7 @@ pub(crate) fn rate_spend_ctes(s: &Settings) -> [String; 3] {
         "rate_taken AS (\n    SELECT entrypoint, COUNT(*) AS taken FROM claimed GROUP BY entrypoint\n)"
             .into(),
         format!(
-            "rate_spent AS (\n    UPDATE {table} r SET started = clock_timestamp()\n    \
+            "rate_spent AS (\n    UPDATE {table} r SET started = clock_timestamp(), worker = $3::uuid\n    \
              FROM rate_units u JOIN rate_taken t ON t.entrypoint = u.entrypoint\n    \
              WHERE r.entrypoint = u.entrypoint AND r.per_us = u.per_us AND r.unit = u.unit AND u.rank <= t.taken\n    \
              RETURNING r.unit\n)"
@@ -132,7 +133,8 @@ pub(crate) fn rate_spend_ctes(s: &Settings) -> [String; 3] {
 
 /// A late start's own units (a worker's handler that could not start within the guard of
 /// its claim, see `worker::rate_gate`): one unit of each window bound by `$1`..`$4` (as
-/// for the claim, the windows of one entrypoint), locked and stamped now when every
+/// for the claim, the windows of one entrypoint), locked and stamped now (with the
+/// worker's id `$5 uuid`, as a claim stamps its own) when every
 /// window lends one, none otherwise. Returns `spent`, and `wait_us`: when nothing was
 /// spent, microseconds until each window's oldest resting unit has rested (0, or NULL,
 /// where the window's rested units are all held by claims in flight).
@@ -149,7 +151,7 @@ pub(crate) fn rate_spend_late(s: &Settings) -> String {
          AND r.unit < w.starts\n        \
          ORDER BY r.started, r.unit LIMIT 1\n        FOR UPDATE SKIP LOCKED\n    ) u\n),\n\
          whole AS (\n    SELECT (SELECT COUNT(*) FROM units) = (SELECT COUNT(*) FROM rate_windows) AS ok\n),\n\
-         spent AS (\n    UPDATE {table} r SET started = clock_timestamp()\n    \
+         spent AS (\n    UPDATE {table} r SET started = clock_timestamp(), worker = $5::uuid\n    \
          FROM units u, whole\n    \
          WHERE whole.ok AND r.entrypoint = u.entrypoint AND r.per_us = u.per_us AND r.unit = u.unit\n    \
          RETURNING r.unit\n)\n\
@@ -179,5 +181,43 @@ pub(crate) fn rates_next_start(s: &Settings) -> String {
          now() - (per_us + LEAST(per_us / 50, 20000)) * INTERVAL '1 microsecond' AS resting_since\n          \
          FROM {table} WHERE entrypoint = $1::text) u\n    \
          GROUP BY per_us, resting_since\n) w"
+    )
+}
+
+/// For the limit watch, per window of `$1 text[]` entrypoints and `$2 bigint[]` lengths in
+/// microseconds (aligned, returned in that order with `entrypoint` and `per_us`): the
+/// units spent within the last window (`spent`), and the entrypoint's picked jobs, picked
+/// within it, whose worker spent no unit of the window since (`undeclared`). A claim that
+/// declares the window stamps a unit with its worker's id for each job it picks, re-picks
+/// too, no earlier than the pick, and a unit is not spent twice within a window: such a
+/// job was claimed by a worker that does not declare the window (Python PgQueuer's never
+/// do).
+pub(crate) fn rates_in_use(s: &Settings) -> String {
+    let table = s.qualify(&s.rates_table());
+    let queue = s.qualify(&s.queue_table);
+    let status = s.qualify(&s.queue_status_type);
+    format!(
+        "SELECT w.entrypoint, w.per_us,\n       \
+         (SELECT COUNT(*) FROM {table} r WHERE r.entrypoint = w.entrypoint AND r.per_us = w.per_us\n          \
+         AND r.started > now() - w.per_us * INTERVAL '1 microsecond') AS spent,\n       \
+         (SELECT COUNT(*) FROM {queue} q WHERE q.entrypoint = w.entrypoint AND q.status = 'picked'::{status}\n          \
+         AND q.updated > now() - w.per_us * INTERVAL '1 microsecond'\n          \
+         AND NOT EXISTS (SELECT 1 FROM {table} r WHERE r.entrypoint = w.entrypoint AND r.per_us = w.per_us\n              \
+         AND r.started >= q.updated AND r.worker = q.queue_manager_id)) AS undeclared\n\
+         FROM UNNEST($1::text[], $2::bigint[]) WITH ORDINALITY AS w(entrypoint, per_us, ord)\n\
+         ORDER BY w.ord"
+    )
+}
+
+/// Every window with units in the table, by entrypoint and length: the units spent within
+/// the last window (`spent`) and the units (`units`: the largest limit declared for the
+/// window since its units were made).
+pub(crate) fn rates_by_window(s: &Settings) -> String {
+    let table = s.qualify(&s.rates_table());
+    format!(
+        "SELECT entrypoint, per_us,\n       \
+         COUNT(*) FILTER (WHERE started > now() - per_us * INTERVAL '1 microsecond') AS spent,\n       \
+         COUNT(*) AS units\n\
+         FROM {table} GROUP BY entrypoint, per_us ORDER BY entrypoint, per_us"
     )
 }

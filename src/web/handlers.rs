@@ -61,15 +61,17 @@ impl App {
             why,
         })?;
         let day = Duration::from_secs(86_400);
-        let (counts, slots, durations, exceptions, buckets) = self.read(|tx| {
+        let (counts, slots, durations, exceptions, buckets, mut rates) = self.read(|tx| {
             Ok((
                 data::entrypoint_counts(tx, &self.sql, Some(&name))?,
                 data::picked_slots(tx, &self.sql, &name)?,
                 data::durations(tx, &self.sql, day, Some(&name))?,
                 data::exceptions(tx, &self.sql, Some(&name), 20)?,
                 self.buckets(tx, Some(&name))?,
+                crate::ops::rates_in_use(tx, &self.settings)?,
             ))
         })?;
+        rates.retain(|r| r.entrypoint == name);
         if counts.is_empty() && buckets.is_empty() && exceptions.is_empty() {
             return Err(Problem::NotFound(format!(
                 "No entrypoint {name} has jobs in the queue or log rows in the last 24 h."
@@ -85,6 +87,7 @@ impl App {
                 durations: durations.first(),
                 exceptions: &exceptions,
                 buckets: &buckets,
+                rates: &rates,
                 now: SystemTime::now(),
             }),
         )

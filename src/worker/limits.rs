@@ -14,6 +14,14 @@
 //! What cannot be seen: a *smaller* limit elsewhere leaves no trace in the slots (its
 //! worker takes low slots that this worker could have taken too), and a larger one shows
 //! only while its worker holds a slot beyond this worker's limit.
+//!
+//! Rate limits are watched in the same look: the units spent within each window
+//! fleet-wide (the rate in use), and whether some running job of the entrypoint was
+//! picked within the window by a worker that stamped no unit of it since (each claim
+//! stamps its units with its worker's id), which only a claimer that does not declare the
+//! window does (a Python PgQueuer worker, which has no rate limits).
+//! Such claims are logged at `warn` at most once a minute per window; this worker goes on
+//! keeping its own starts within the limit.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +32,7 @@ use crate::claim::Claimer;
 use crate::connect::Conn;
 use crate::error::Result;
 use crate::lock::lock;
+use crate::rate::RateLimit;
 
 /// How often the heartbeat thread looks at the slots in use.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -34,6 +43,8 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 /// The limited entrypoints of a worker and what was last seen of their slots.
 pub(crate) struct LimitWatch {
     watched: Vec<Watched>,
+    /// Each rate-limit window this worker declares.
+    rated: Vec<RatedWatch>,
     /// Some entrypoint is paused (so claims must leave it out). Until the first look at
     /// the slots, every entrypoint that opted in counts as paused: a worker must not take
     /// a slot beside a larger limit it has not looked for yet.
@@ -60,6 +71,41 @@ struct Seen {
     larger: bool,
     /// The slots have been looked at.
     looked: bool,
+}
+
+struct RatedWatch {
+    entrypoint: String,
+    limit: RateLimit,
+    seen: Mutex<RateSeen>,
+}
+
+#[derive(Default)]
+struct RateSeen {
+    /// Units spent within the last window, at the last look.
+    spent: u64,
+    /// Jobs picked within the window by workers that spent no unit, at the last look.
+    undeclared: bool,
+    /// When the last warning about this window was logged.
+    warned: Option<Instant>,
+}
+
+/// What the watch knows of one rate-limit window this worker declares (part of
+/// [`crate::WorkerStats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateStats {
+    /// The entrypoint.
+    pub entrypoint: String,
+    /// The limit: at most `limit.starts()` starts in any window of `limit.per()`.
+    pub limit: RateLimit,
+    /// Starts within the last window, by every worker that declares it, at the last look
+    /// (every 10 s): the rate in use, against `limit.starts()`.
+    pub starts_in_window: u64,
+    /// At the last look, a running job of the entrypoint had been picked within the window
+    /// by a worker that counted no start against it: some worker claims the entrypoint
+    /// without declaring this limit (Python PgQueuer workers declare none), and the limit
+    /// does not hold.
+    pub undeclared_claims: bool,
 }
 
 /// What the watch knows of one limited entrypoint (part of [`crate::WorkerStats`]).
@@ -104,15 +150,80 @@ impl LimitWatch {
             })
             .collect();
         let opted_in = watched.iter().any(|w| w.pause_on_larger);
+        let rated = registry
+            .order
+            .iter()
+            .flat_map(|name| {
+                registry.by_name[name]
+                    .options
+                    .rate_limits
+                    .iter()
+                    .map(move |limit| RatedWatch {
+                        entrypoint: name.clone(),
+                        limit: *limit,
+                        seen: Mutex::new(RateSeen::default()),
+                    })
+            })
+            .collect();
         LimitWatch {
             watched,
+            rated,
             any_paused: AtomicBool::new(opted_in),
         }
     }
 
     /// True when this worker declares no limit (nothing to watch).
     pub(crate) fn is_empty(&self) -> bool {
-        self.watched.is_empty()
+        self.watched.is_empty() && self.rated.is_empty()
+    }
+
+    /// Reads the rate in use of each window this worker declares, warning about claims
+    /// that spend no units.
+    fn check_rates(&self, conn: &mut Conn, claimer: &Claimer) -> Result<()> {
+        if self.rated.is_empty() {
+            return Ok(());
+        }
+        for (entrypoint, per, spent, undeclared) in claimer.rates_in_use(conn)? {
+            let Some(w) = self
+                .rated
+                .iter()
+                .find(|w| w.entrypoint == entrypoint && w.limit.per() == per)
+            else {
+                continue;
+            };
+            let mut seen = lock(&w.seen);
+            seen.spent = spent;
+            seen.undeclared = undeclared > 0;
+            if seen.undeclared && seen.warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                seen.warned = Some(Instant::now());
+                log::warn!(
+                    "pgqueuer: entrypoint {entrypoint:?}: {undeclared} of its running jobs \
+                     were picked within the last {per:?} by workers that counted no start \
+                     against its rate limit of {} ({spent} counted): some worker claims it \
+                     without declaring the limit (Python PgQueuer workers have no rate \
+                     limits), so the limit does not hold. Serve a rate-limited entrypoint \
+                     with workers that declare the same rate limit",
+                    w.limit
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// What is known of each rate-limit window.
+    pub(crate) fn rate_stats(&self) -> Vec<RateStats> {
+        self.rated
+            .iter()
+            .map(|w| {
+                let seen = lock(&w.seen);
+                RateStats {
+                    entrypoint: w.entrypoint.clone(),
+                    limit: w.limit,
+                    starts_in_window: seen.spent,
+                    undeclared_claims: seen.undeclared,
+                }
+            })
+            .collect()
     }
 
     /// Reads the slots in use and updates what is known, warning about disagreements;
@@ -121,6 +232,10 @@ impl LimitWatch {
     /// # Errors
     /// The database's error.
     pub(crate) fn check(&self, conn: &mut Conn, claimer: &Claimer) -> Result<bool> {
+        self.check_rates(conn, claimer)?;
+        if self.watched.is_empty() {
+            return Ok(false);
+        }
         let names: Vec<&str> = self.watched.iter().map(|w| w.entrypoint.as_str()).collect();
         let slots = claimer.slots_in_use(conn, &names)?;
         let mut any_paused = false;

@@ -45,7 +45,7 @@ pub use entrypoint::{
     RetryPolicy,
 };
 pub use figures::TimingStats;
-pub use limits::LimitStats;
+pub use limits::{LimitStats, RateStats};
 pub use liveness::WorkerHealth;
 pub use stats::{EntrypointStats, RunSummary, StatsHandle, WorkerStats};
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::entrypoint::Registry;
 use super::figures::{Count, Level, Timing, TimingStats};
-use super::limits::{LimitStats, LimitWatch};
+use super::limits::{LimitStats, LimitWatch, RateStats};
 use super::liveness::{Liveness, WorkerHealth};
 use crate::job::Status;
 
@@ -49,6 +49,8 @@ pub(crate) mod names {
     pub(crate) const JOBS_RUNNING: &str = "pgqueuer_jobs_running";
     pub(crate) const THREADS_IDLE: &str = "pgqueuer_threads_idle";
     pub(crate) const SLOTS_IN_USE: &str = "pgqueuer_slots_in_use";
+    pub(crate) const RATE_STARTS: &str = "pgqueuer_rate_starts";
+    pub(crate) const RATE_LIMIT: &str = "pgqueuer_rate_limit_starts";
     pub(crate) const JOBS_RELEASED: &str = "pgqueuer_jobs_released_total";
     pub(crate) const WRITE_FAILURES: &str = "pgqueuer_outcome_write_failures_total";
 }
@@ -127,6 +129,9 @@ pub(crate) struct Stats {
     last_write_failure: std::sync::Mutex<Option<String>>,
     /// What [`StatsHandle::health`] reads: when each loop last made progress.
     pub(crate) liveness: Liveness,
+    /// Per rate-limit window (entrypoint, window): the starts within the last window at
+    /// the limit watch's last look, and the limit's starts.
+    rates: Vec<(String, Duration, Level)>,
 }
 
 impl Stats {
@@ -161,6 +166,27 @@ impl Stats {
             write_failures: Count::new(names::WRITE_FAILURES, &[]),
             last_write_failure: std::sync::Mutex::new(None),
             liveness: Liveness::new(),
+            rates: registry
+                .order
+                .iter()
+                .flat_map(|name| {
+                    registry.by_name[name]
+                        .options
+                        .rate_limits
+                        .iter()
+                        .map(|limit| {
+                            let window = format!("{}", limit.per().as_secs_f64());
+                            let labels =
+                                [("entrypoint", name.as_str()), ("window_seconds", &window)];
+                            Level::new(names::RATE_LIMIT, &labels).set(u64::from(limit.starts()));
+                            (
+                                name.clone(),
+                                limit.per(),
+                                Level::new(names::RATE_STARTS, &labels),
+                            )
+                        })
+                })
+                .collect(),
         }
     }
 
@@ -247,6 +273,15 @@ impl Stats {
     /// The limit watch has looked at the slots: publish those held per limited
     /// entrypoint.
     pub(crate) fn slots_seen(&self, limits: &LimitWatch) {
+        for r in limits.rate_stats() {
+            if let Some((_, _, level)) = self
+                .rates
+                .iter()
+                .find(|(e, per, _)| *e == r.entrypoint && *per == r.limit.per())
+            {
+                level.set(r.starts_in_window);
+            }
+        }
         for l in limits.stats() {
             if let Some(level) = self.of(&l.entrypoint).and_then(|e| e.slots_in_use.as_ref()) {
                 level.set(l.slots_in_use);
@@ -284,6 +319,17 @@ fn describe() {
         "Run time of each claim statement (with the outcomes folded into it)."
     );
     describe_counter!(names::JOBS_CLAIMED, Unit::Count, "Jobs claimed.");
+    describe_gauge!(
+        names::RATE_STARTS,
+        Unit::Count,
+        "Starts within the last window of a rate limit, by every worker declaring it (read \
+         every 10 s)."
+    );
+    describe_gauge!(
+        names::RATE_LIMIT,
+        Unit::Count,
+        "The starts a rate limit allows in its window."
+    );
     describe_counter!(
         names::JOBS_ENDED,
         Unit::Count,
@@ -401,6 +447,9 @@ pub struct WorkerStats {
     /// Each limited entrypoint: this worker's limit, the slots in use at the last look,
     /// and whether another worker evidently declares a larger limit.
     pub limits: Vec<LimitStats>,
+    /// Each rate-limit window: the limit, the starts within the last window fleet-wide at
+    /// the last look, and whether some worker claims without declaring it.
+    pub rates: Vec<RateStats>,
 }
 
 impl WorkerStats {
@@ -448,6 +497,7 @@ impl StatsHandle {
                 })
                 .collect(),
             limits: self.limits.stats(),
+            rates: self.limits.rate_stats(),
         }
     }
 }

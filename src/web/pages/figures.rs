@@ -261,6 +261,8 @@ pub(in crate::web) struct EntrypointPage<'a> {
     pub durations: Option<&'a Durations>,
     pub exceptions: &'a [LoggedException],
     pub buckets: &'a [Bucket],
+    /// Its rate-limit windows.
+    pub rates: &'a [crate::ops::RateUse],
     pub now: SystemTime,
 }
 
@@ -285,6 +287,17 @@ pub(in crate::web) fn entrypoint(p: &EntrypointPage<'_>) -> Markup {
         @if let Some(h) = highest {
             p.muted { "Slot " (h) " is held: the worker holding it declares a concurrency limit of at least "
                       (h + 1) "." }
+        }
+        @if !p.rates.is_empty() {
+            h2 { "Rate limits" }
+            div.scroll { table #rates {
+                thead { tr { th { "window" } th.num { "starts in the last window" } th.num { "allowed" } } }
+                tbody { @for r in p.rates { tr {
+                    td { (span(r.per.as_secs_f64())) }
+                    td.num { (r.starts_in_window) }
+                    td.num { (r.units) }
+                } } }
+            } }
         }
         h2 { "Durations, last 24 h" }
         @match p.durations {

@@ -8,7 +8,7 @@ use pgqueuer::{Claimer, Explanation, RateLimit};
 
 use crate::claim::{insert_jobs, success};
 use crate::faults::process::Proc;
-use crate::harness::{TestDb, eventually, scalar};
+use crate::harness::{TestDb, captured, eventually, scalar};
 
 /// A claim takes no more jobs than the rate's units allow, spends one per job, and says
 /// how long until the next start; once the window has passed, the units are spent again.
@@ -165,7 +165,7 @@ fn bad_rate_limits_are_refused_at_build() {
         .unwrap_err();
     assert!(e.to_string().contains("not in 1..=100000"), "{e}");
     let db = TestDb::new();
-    let e = pgqueuer::Worker::builder(db.pool(4))
+    let Err(e) = pgqueuer::Worker::builder(db.pool(4))
         .entrypoint(
             pgqueuer::Entrypoint::new("api")
                 .rate_limit(5, Duration::from_secs(1))
@@ -173,8 +173,9 @@ fn bad_rate_limits_are_refused_at_build() {
             |_, _| Ok(()),
         )
         .build()
-        .err()
-        .expect("two limits of one window");
+    else {
+        panic!("two limits of one window were accepted");
+    };
     assert!(e.to_string().contains("share the window"), "{e}");
 }
 
@@ -186,14 +187,15 @@ fn a_rate_limited_worker_needs_the_rates_table() {
     db.client()
         .batch_execute("DROP TABLE pgqueuer_rs_rates")
         .unwrap();
-    let e = pgqueuer::Worker::builder(db.pool(4))
+    let Err(e) = pgqueuer::Worker::builder(db.pool(4))
         .entrypoint(
             pgqueuer::Entrypoint::new("api").rate_limit(5, Duration::from_secs(1)),
             |_, _| Ok(()),
         )
         .build()
-        .err()
-        .expect("no rates table");
+    else {
+        panic!("a worker started without the rates table");
+    };
     assert!(e.to_string().contains("pgqueuer_rs_rates"), "{e}");
     pgqueuer::upgrade(&mut db.client()).unwrap();
     pgqueuer::Worker::builder(db.pool(4))
@@ -635,4 +637,78 @@ fn a_server_crash_mid_run_keeps_the_rate() {
     // batch of 20 in it.
     let most = most_in_any_window(&starts, Duration::from_secs(5));
     assert!(most <= 20, "{most} starts in five seconds");
+}
+
+/// The rate in use and a Python worker beside a rate limit. A worker of ours holding its
+/// three starts of a rate of 3 a minute sees them counted, in its stats, the `metrics`
+/// gauges' source and `/metrics`, and no undeclared claim; once a real PgQueuer worker
+/// (which has no rate limits) picks jobs of the entrypoint too, the limit watch reports
+/// it, with the numbers, in the log and the stats.
+#[test]
+fn the_rate_in_use_is_shown_and_a_python_worker_beside_it_is_reported() {
+    crate::harness::init_logging();
+    let db = TestDb::new();
+    let ep = "rated";
+    let mut client = db.client();
+    super::create_runs_table(&mut client);
+    insert_jobs(&mut client, ep, 0, 3);
+    let (release_tx, release) = crossbeam_channel::bounded::<()>(0);
+    let ours = pgqueuer::Worker::builder(db.pool(4))
+        .threads(3)
+        .dequeue_timeout(Duration::from_millis(500))
+        .entrypoint(
+            pgqueuer::Entrypoint::new(ep).rate_limit(3, Duration::from_secs(60)),
+            move |_job, _ctx| {
+                let _ = release.recv_timeout(Duration::from_secs(120));
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "the three starts to be counted",
+        || ours.stats().rates[0].starts_in_window == 3,
+    );
+    let rate = ours.stats().rates[0].clone();
+    assert_eq!((rate.entrypoint.as_str(), rate.limit.starts()), (ep, 3));
+    assert!(!rate.undeclared_claims, "our own claims spent units");
+    let metrics = pgqueuer::ops::prometheus_text(
+        &mut client,
+        &pgqueuer::Settings::default(),
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    for line in [
+        "pgqueuer_rate_starts{entrypoint=\"rated\",window_seconds=\"60\"} 3",
+        "pgqueuer_rate_limit_starts{entrypoint=\"rated\",window_seconds=\"60\"} 3",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+    // Ours has spent its units; a Python worker takes the next jobs regardless.
+    insert_jobs(&mut client, ep, 0, 2);
+    let spec = serde_json::json!({
+        "entrypoint": ep, "behaviour": "record_run", "sleep_s": 60.0, "timeout_s": 120,
+        "name": "py",
+    });
+    let python = crate::python::spawn_script(&db, "worker.py", &spec, Duration::from_secs(150));
+    eventually(
+        Duration::from_secs(60),
+        "the Python worker's claims to be reported",
+        || ours.stats().rates[0].undeclared_claims,
+    );
+    let warned = captured(&format!("entrypoint {ep:?}: 2 of its running jobs"));
+    assert!(
+        warned
+            .iter()
+            .any(|l| l.contains("without declaring the limit (Python PgQueuer workers")),
+        "{warned:?}"
+    );
+    python.kill();
+    for _ in 0..3 {
+        release_tx.send(()).unwrap();
+    }
+    ours.join().unwrap();
 }

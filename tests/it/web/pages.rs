@@ -345,3 +345,47 @@ fn huge_payloads_headers_and_tracebacks_are_shown_bounded() {
     assert!(page.body.len() < 100_000, "{} bytes", page.body.len());
     assert!(page.body.contains("Boom: mmm"));
 }
+
+/// An entrypoint's page lists its rate-limit windows: starts in the last window against
+/// the starts allowed.
+#[test]
+fn an_entrypoint_page_shows_its_rate_in_use() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(1));
+    let jobs: Vec<NewJob> = (0..3)
+        .map(|i| NewJob::new("rated", format!("{i}")))
+        .collect();
+    queue.enqueue_many(&jobs).unwrap();
+    let claimer = pgqueuer::Claimer::builder()
+        .entrypoint("rated", 0)
+        .rate_limit(
+            "rated",
+            pgqueuer::RateLimit::new(5, std::time::Duration::from_secs(60)),
+        )
+        .build()
+        .unwrap();
+    let mut client = db.client();
+    claimer.provision_rate_limits(&mut client).unwrap();
+    let pool = db.pool(1);
+    assert_eq!(
+        claimer
+            .claim(&mut pool.get().unwrap(), 2)
+            .unwrap()
+            .jobs
+            .len(),
+        2
+    );
+    let server = dashboard(&db, WebOptions::default());
+    let page = get(server.addr(), "/entrypoints/rated");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let table = page
+        .body
+        .split("<table id=\"rates\">")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no rates table: {}", page.body));
+    assert!(
+        table.contains("<td class=\"num\">2</td><td class=\"num\">5</td>"),
+        "{table}"
+    );
+}
