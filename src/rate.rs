@@ -131,7 +131,7 @@ impl RateLimit {
             .checked_mul(unit_ms)
             .ok_or_else(|| bad("the window is too long".into()))?;
         let limit = RateLimit::new(starts, Duration::from_millis(ms));
-        limit.check("rate limit")?;
+        limit.check(&format!("rate limit {text:?}"))?;
         Ok(limit)
     }
 
