@@ -163,6 +163,10 @@ pub(crate) struct Statements {
     pub(crate) rates_provision: String,
     pub(crate) rates_spend_late: String,
     pub(crate) rates_in_use: String,
+    pub(crate) overrides_select: String,
+    pub(crate) declared_upsert: String,
+    pub(crate) declared_delete: String,
+    pub(crate) settings: Settings,
 }
 
 impl Statements {
@@ -181,6 +185,10 @@ impl Statements {
             rates_provision: crate::sql::rates::rates_provision(settings),
             rates_spend_late: crate::sql::rates::rate_spend_late(settings),
             rates_in_use: crate::sql::rates::rates_in_use(settings),
+            overrides_select: crate::sql::overrides::overrides_select(settings),
+            declared_upsert: crate::sql::overrides::declared_upsert(settings),
+            declared_delete: crate::sql::overrides::declared_delete(settings),
+            settings: settings.clone(),
         })
     }
 }
@@ -860,6 +868,114 @@ impl Claimer {
             limits,
             ..self.clone()
         })
+    }
+
+    /// The object names this claimer uses.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.statements.settings
+    }
+
+    /// The stored limits of this claimer's entrypoints (`crate::ops::set_limits`), each
+    /// row read on its own: one that cannot be read (written by another program) is an
+    /// error of its own.
+    ///
+    /// # Errors
+    /// [`Error::Db`] when the statement fails.
+    pub(crate) fn stored_limits(
+        &self,
+        conn: &mut Conn,
+    ) -> Result<Vec<Result<crate::ops::StoredLimits>>> {
+        Ok(conn
+            .query_cached(
+                &self.statements.overrides_select,
+                &[(&self.names, Type::TEXT_ARRAY)],
+            )?
+            .iter()
+            .map(crate::ops::stored_of)
+            .collect())
+    }
+
+    /// Records the limits this claimer declares, under its worker id, for `pgq limits`
+    /// (`sql::overrides::declared_upsert`); again to show the worker still runs.
+    ///
+    /// # Errors
+    /// [`Error::Db`], for instance when the table is missing.
+    pub(crate) fn declare(&self, conn: &mut Conn) -> Result<()> {
+        let windows = self.rate_windows();
+        let limits: Vec<i32> = self
+            .limits
+            .iter()
+            .map(|l| i32::try_from(*l).unwrap_or(i32::MAX))
+            .collect();
+        let rates: Vec<String> = self
+            .names
+            .iter()
+            .map(|name| {
+                windows
+                    .iter()
+                    .filter(|(n, _)| n == name)
+                    .map(|(_, r)| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        conn.query_cached(
+            &self.statements.declared_upsert,
+            &[
+                (&self.worker_id, Type::UUID),
+                (&self.names, Type::TEXT_ARRAY),
+                (&limits, Type::INT4_ARRAY),
+                (&rates, Type::TEXT_ARRAY),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes what [`Claimer::declare`] recorded (the worker stops).
+    ///
+    /// # Errors
+    /// [`Error::Db`].
+    pub(crate) fn withdraw(&self, conn: &mut Conn) -> Result<()> {
+        conn.query_cached(
+            &self.statements.declared_delete,
+            &[(&self.worker_id, Type::UUID)],
+        )?;
+        Ok(())
+    }
+
+    /// This claimer with other limits: `limits` aligned with its entrypoints (0: none)
+    /// and `rates` per entrypoint (stored limits that override the declared ones).
+    pub(crate) fn with_limits(&self, limits: Vec<i64>, rates: &[(String, RateLimit)]) -> Claimer {
+        let rates = Windows::new(rates);
+        Claimer {
+            capacity_gated: limits.iter().any(|l| *l > 0) || rates.is_some(),
+            limits,
+            rates,
+            ..self.clone()
+        }
+    }
+
+    /// Each entrypoint's concurrency limit (0: none), in this claimer's order, with its
+    /// name.
+    pub(crate) fn limits(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.names
+            .iter()
+            .map(String::as_str)
+            .zip(self.limits.iter().copied())
+    }
+
+    /// Each rate-limit window, with its entrypoint.
+    pub(crate) fn rate_windows(&self) -> Vec<(String, RateLimit)> {
+        let Some(w) = self.rates.as_deref() else {
+            return Vec::new();
+        };
+        (0..w.entrypoints.len())
+            .filter_map(|i| {
+                let starts = u32::try_from(w.starts[i]).ok()?;
+                let per = Duration::from_micros(u64::try_from(w.per_us[i]).ok()?);
+                Some((w.entrypoints[i].clone(), RateLimit::new(starts, per)))
+            })
+            .collect()
     }
 
     /// True when any entrypoint of this claimer has a rate limit.

@@ -238,6 +238,27 @@ impl Settings {
         format!("{}_rs_rates", self.queue_table)
     }
 
+    /// The stored limits' table (`pgq limits set`), this crate's own.
+    pub(crate) fn limits_table(&self) -> String {
+        format!("{}_rs_limits", self.queue_table)
+    }
+
+    /// The change log of the stored limits.
+    pub(crate) fn limits_log_table(&self) -> String {
+        format!("{}_rs_limits_log", self.queue_table)
+    }
+
+    /// What each running worker declares (`pgq limits`), this crate's own.
+    pub(crate) fn declared_table(&self) -> String {
+        format!("{}_rs_declared", self.queue_table)
+    }
+
+    /// The channel that tells running workers the stored limits changed: the queue's
+    /// channel with `_rs_limits` appended (PgQueuer's listeners never see it).
+    pub(crate) fn limits_channel(&self) -> String {
+        format!("{}_rs_limits", self.channel)
+    }
+
     /// The key of PgQueuer's schema-upgrade advisory lock: CRC-32 of the qualified queue
     /// table name (for `pgqueuer`, 2389487409).
     pub fn upgrade_lock_key(&self) -> i64 {

@@ -41,6 +41,7 @@
 
 mod health;
 mod insight;
+mod limits;
 mod prometheus;
 mod statistics;
 mod tuning;
@@ -57,6 +58,11 @@ pub use insight::{
     AUDIT_RESOLUTION, ActiveWorker, AuditedEntrypoint, ConnectionTls, LimitAudit, QueueAge,
     RateUse, SlotUse, StaleJob, Throughput, active_workers, connection_tls, limit_audit, queue_age,
     rates_in_use, slots_in_use, stale_jobs, throughput,
+};
+pub(crate) use limits::stored_of;
+pub use limits::{
+    DeclaredLimits, LimitChange, StoredLimits, declared_limits, limit_changes, set_limits,
+    stored_limits, unset_limits,
 };
 pub use prometheus::prometheus_text;
 pub use statistics::{Aggregation, Pruned, aggregate_log, prune_log};

@@ -72,7 +72,8 @@ pub struct UpgradeReport {
     /// statements with (see [`crate::Pooler::Transaction`]).
     pub statement_functions: Vec<String>,
     /// The tables of this crate's own this call created (the rates table, which keeps
-    /// rate limits: [`crate::RateLimit`]), outside PgQueuer's catalog.
+    /// rate limits: [`crate::RateLimit`]; the stored limits and their change log:
+    /// [`crate::ops::set_limits`]), outside PgQueuer's catalog.
     pub own_tables: Vec<String>,
 }
 
@@ -184,7 +185,17 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
 /// are built.
 fn own_tables(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
     let name = settings.rates_table();
-    if verify_rates(client, settings).is_ok() {
+    let limits = settings.limits_log_table();
+    let exists = |client: &mut Client, table: &str| -> Result<bool> {
+        Ok(query_one_alone(
+            client,
+            sql::rates::RATES_EXIST,
+            &[(&table, Type::TEXT), (&settings.schema, Type::TEXT)],
+        )?
+        .get(0))
+    };
+    let declared = settings.declared_table();
+    if exists(client, &name)? && exists(client, &limits)? && exists(client, &declared)? {
         return Ok(Vec::new());
     }
     let made = (|| -> Result<()> {
@@ -195,18 +206,25 @@ fn own_tables(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
         )?;
         tx.batch_execute(sql::QUIET_NOTICES)?;
         tx.batch_execute(&sql::rates::rates_create(settings))?;
+        tx.batch_execute(&sql::overrides::overrides_create(settings))?;
         tx.commit()?;
         Ok(())
     })();
     match made {
-        Ok(()) => Ok(vec![settings.qualify(&name)]),
+        Ok(()) => Ok(vec![
+            settings.qualify(&name),
+            settings.qualify(&settings.limits_table()),
+            settings.qualify(&limits),
+            settings.qualify(&declared),
+        ]),
         Err(Error::Db(e))
             if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
                 || e.code() == Some(&postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) =>
         {
             log::warn!(
-                "rates table {name} not created ({}); workers that declare rate limits need \
-                 it: run upgrade() as a role that may create tables in the schema",
+                "rates table {name} and the stored limits' tables not created ({}); workers \
+                 that declare rate limits need the first, `pgq limits set` the others: run \
+                 upgrade() as a role that may create tables in the schema",
                 e.as_db_error()
                     .map_or_else(|| e.to_string(), |d| d.message().to_owned())
             );

@@ -11,8 +11,8 @@ WITH rels AS (
     FROM pg_class c
     JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = '{{schema}}' AND c.relkind IN ('r', 'S')
-      -- not this crate's own tables (sql/rates.rs): PgQueuer has none
-      AND c.relname !~ '_rs_rates'
+      -- not this crate's own tables (sql/rates.rs, sql/overrides.rs): PgQueuer has none
+      AND c.relname !~ '_rs_(rates|limits|declared)'
 )
 SELECT line FROM (
     SELECT 'table ' || relname || ' persistence=' || relpersistence::text AS line

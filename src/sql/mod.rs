@@ -10,6 +10,7 @@ pub(crate) mod functions;
 #[cfg(feature = "mcp")]
 pub(crate) mod mcp;
 pub(crate) mod ops;
+pub(crate) mod overrides;
 pub(crate) mod queue;
 pub(crate) mod rates;
 pub(crate) mod schedule;
@@ -162,7 +163,7 @@ pub(crate) fn catalog_1_6_0(s: &Settings, schema: &str) -> Vec<String> {
 pub(crate) fn uninstall(s: &Settings) -> String {
     let q = |name: &str| s.qualify(name);
     format!(
-        "{functions}{rates}DROP TRIGGER IF EXISTS {trigger} ON {queue};\n\
+        "{functions}{rates}{overrides}DROP TRIGGER IF EXISTS {trigger} ON {queue};\n\
          DROP FUNCTION IF EXISTS {function};\n\
          DROP TABLE IF EXISTS {queue};\n\
          DROP TABLE IF EXISTS {log};\n\
@@ -172,6 +173,7 @@ pub(crate) fn uninstall(s: &Settings) -> String {
          DROP TYPE IF EXISTS {statistics}_status;\n",
         functions = functions::drop_all(s),
         rates = rates::rates_drop(s),
+        overrides = overrides::overrides_drop(s),
         trigger = s.trigger,
         queue = q(&s.queue_table),
         function = q(&s.function),

@@ -382,7 +382,7 @@ impl WorkerBuilder {
                 *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= o.threads)
             });
         let stats = Arc::new(Stats::new(&self.registry));
-        let limits = Arc::new(LimitWatch::new(&self.registry));
+        let limits = Arc::new(LimitWatch::new(&self.registry, &claimer));
         Ok(Worker {
             stats,
             limits,

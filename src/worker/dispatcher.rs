@@ -188,6 +188,7 @@ impl<'a> Dispatcher<'a> {
     pub(crate) fn lead(&self, mut lead: Lead<'a>) -> Option<Job> {
         while !self.shutdown.is_shutdown() {
             self.stats.liveness.claim_loop_ran();
+            self.limits_in_force(&mut lead);
             if self.waited_for_completer()
                 || self.waited_for_threads(&lead)
                 || self.waited_out_quiet_spell(&mut lead)
@@ -214,6 +215,28 @@ impl<'a> Dispatcher<'a> {
         }
         self.release_unstarted();
         None
+    }
+
+    /// Puts stored limits that changed in force before the next claim (see
+    /// [`LimitWatch::reload`]): the claims run with them from now on, claiming carefully
+    /// until a claim finds every limit far from full again.
+    fn limits_in_force(&self, lead: &mut Lead<'_>) {
+        match lead
+            .conn
+            .run(|c| self.limits.reload(c, &self.config.claimer))
+        {
+            Ok(false) => {}
+            Ok(true) => {
+                let current = self.limits.effective();
+                self.relaxed
+                    .store(!current.is_capacity_gated(), Ordering::SeqCst);
+                self.ledger.allow_ahead(!current.is_capacity_gated());
+                lead.slot_limits = slot_limits_of(&current);
+                lead.quiet_until = None;
+                lead.limit_full = false;
+            }
+            Err(e) => log::warn!("pgqueuer could not read the stored limits (trying again): {e}"),
+        }
     }
 
     /// Waits while the completer is behind (so many jobs owned that their rows and slots
@@ -384,7 +407,7 @@ impl<'a> Dispatcher<'a> {
         // look again when the slots are next looked at. A job of another worker going
         // stale (its worker presumed dead) is a reason to look again as much as a
         // deferred job coming due.
-        let next = match self.limits.claimer(&config.claimer) {
+        let next = match self.limits.claimer() {
             Some(claimer) => lead.conn.run(|c| claimer.next_wake(c)).unwrap_or(NextWake {
                 queued: Some(MIN_POLL),
                 stale: None,
@@ -447,7 +470,7 @@ impl<'a> Dispatcher<'a> {
     fn wait_for_rate(&self, lead: &mut Lead<'_>, wait: Duration) {
         let wait = wait.max(RATE_MIN_WAIT);
         log::trace!("rate limit: next start in {wait:?}");
-        lead.limit_full = self.config.claimer.all_rate_limited();
+        lead.limit_full = self.limits.effective().all_rate_limited();
         lead.quiet_until = Some(Instant::now() + wait);
     }
 
@@ -457,7 +480,7 @@ impl<'a> Dispatcher<'a> {
     /// due as of its snapshot), not that slots ran out: the lanes keep the same quiet
     /// spells, and new jobs are worth a claim at once.
     fn binding(&self) -> bool {
-        self.config.claimer.is_capacity_gated() && !self.relaxed.load(Ordering::SeqCst)
+        self.limits.effective().is_capacity_gated() && !self.relaxed.load(Ordering::SeqCst)
     }
 
     /// At shutdown: the claimed jobs still waiting for a thread go back to the queue now
@@ -538,7 +561,7 @@ impl<'a> Dispatcher<'a> {
             Vec::new()
         };
         let started = Instant::now();
-        let claimer = self.limits.claimer(&config.claimer);
+        let claimer = self.limits.claimer();
         // While every limit is far from full, the lanes' claims skip each other's rows.
         let relaxed = self.relaxed.load(Ordering::SeqCst);
         let claimed = match &claimer {
@@ -556,8 +579,8 @@ impl<'a> Dispatcher<'a> {
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         self.ledger.unreserve(take - taken);
         if let Ok(claim) = &claimed {
-            if config.claimer.is_rate_limited() {
-                self.rate_gate.claimed(config, &claim.jobs, started);
+            if let Some(claimer) = claimer.as_deref().filter(|c| c.is_rate_limited()) {
+                self.rate_gate.claimed(claimer, &claim.jobs, started);
             }
             let lost = match claim.lost {
                 Some(LostRace::Slot) => Some(Lost::SlotRace),
@@ -568,7 +591,8 @@ impl<'a> Dispatcher<'a> {
                 started.elapsed(),
                 claim.jobs.iter().map(|j| j.entrypoint.as_str()),
                 lost,
-                config.claimer.is_capacity_gated() && self.relaxed.load(Ordering::SeqCst),
+                claimer.as_ref().is_some_and(|c| c.is_capacity_gated())
+                    && self.relaxed.load(Ordering::SeqCst),
             );
             self.stats
                 .load(self.ledger.owned() + taken, self.ledger.idle_threads());
@@ -604,13 +628,7 @@ impl<'a> Dispatcher<'a> {
     /// Each entrypoint's concurrency limit, in registration order, where every one has a
     /// limit (`None` otherwise: slots cannot bound every claim).
     fn slot_limits(&self) -> Option<Vec<usize>> {
-        let registry = &self.config.registry;
-        registry
-            .order
-            .iter()
-            .map(|name| registry.by_name[name].options.concurrency_limit)
-            .map(|limit| usize::try_from(limit).ok().filter(|l| *l > 0))
-            .collect()
+        slot_limits_of(&self.limits.effective())
     }
 
     /// The slots of `limits` that this worker's own jobs leave free (see
@@ -680,4 +698,13 @@ impl<'a> Dispatcher<'a> {
         }
         self.doorbell.want(&[]);
     }
+}
+
+/// Each entrypoint's concurrency limit in `claimer` (in registration order), where every
+/// one has a limit (`None` otherwise: slots cannot bound every claim).
+fn slot_limits_of(claimer: &crate::claim::Claimer) -> Option<Vec<usize>> {
+    claimer
+        .limits()
+        .map(|(_, limit)| usize::try_from(limit).ok().filter(|l| *l > 0))
+        .collect()
 }

@@ -1,7 +1,8 @@
 //! Heartbeats: every half heartbeat timeout, one statement refreshes every job this
-//! worker owns, so no other worker takes them as stale. Where this worker declares
-//! concurrency limits, the same thread looks at the slots in use every few seconds (see
-//! `limits`).
+//! worker owns, so no other worker takes them as stale. Where limits are in force, the
+//! same thread looks at the slots in use every few seconds (see `limits`). At the same
+//! pace it records the limits this worker declares, for `pgq limits`, and deletes them
+//! as the worker stops.
 
 use std::time::{Duration, Instant};
 
@@ -33,27 +34,33 @@ pub(crate) fn run(
     let mut conn = LoopConn::new(&config.pool);
     let mut next_beat = Instant::now() + interval;
     let mut next_check = Instant::now();
+    let mut declaration = Declaration::default();
     loop {
-        let next = if limits.is_empty() {
+        match alive.recv_timeout(
             next_beat
-        } else {
-            next_beat.min(next_check)
-        };
-        match alive.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                .min(next_check)
+                .saturating_duration_since(Instant::now()),
+        ) {
             Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
+            _ => {
+                declaration.withdraw(&mut conn, config);
+                return;
+            }
         }
         let now = Instant::now();
-        if !limits.is_empty() && now >= next_check {
+        if now >= next_check {
             next_check = now + limits::CHECK_INTERVAL;
-            match conn.run(|c| limits.check(c, &config.claimer)) {
-                Ok(changed) => {
-                    stats.slots_seen(limits);
-                    if changed {
-                        doorbell.ring(Wake::LimitsChanged);
+            declaration.refresh(&mut conn, config);
+            if !limits.is_empty() {
+                match conn.run(|c| limits.check(c)) {
+                    Ok(changed) => {
+                        stats.slots_seen(limits);
+                        if changed {
+                            doorbell.ring(Wake::LimitsChanged);
+                        }
                     }
+                    Err(e) => log::warn!("pgqueuer could not read the slots in use: {e}"),
                 }
-                Err(e) => log::warn!("pgqueuer could not read the slots in use: {e}"),
             }
         }
         if now < next_beat {
@@ -108,6 +115,46 @@ pub(crate) fn run(
                 conn.release();
                 next_beat = Instant::now() + retry;
             }
+        }
+    }
+}
+
+/// The record of the limits this worker declares (`Claimer::declare`).
+#[derive(Default)]
+struct Declaration {
+    /// The last refresh recorded it (so the database answered a moment ago: deleting it
+    /// at shutdown will not wait on a lost server).
+    made: bool,
+    /// The table is missing (a schema this crate's `upgrade()` has not run on): said once.
+    missing_said: bool,
+}
+
+impl Declaration {
+    fn refresh(&mut self, conn: &mut LoopConn<'_>, config: &WorkerConfig) {
+        match conn.run(|c| config.claimer.declare(c)) {
+            Ok(()) => self.made = true,
+            Err(crate::Error::Db(e))
+                if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) =>
+            {
+                if !std::mem::replace(&mut self.missing_said, true) {
+                    log::info!(
+                        "pgqueuer: this worker's limits are not shown by 'pgq limits' until \
+                         upgrade() of this version has run ({e})"
+                    );
+                }
+            }
+            Err(e) => {
+                self.made = false;
+                log::debug!("pgqueuer could not record this worker's limits: {e}");
+            }
+        }
+    }
+
+    fn withdraw(&mut self, conn: &mut LoopConn<'_>, config: &WorkerConfig) {
+        if self.made
+            && let Err(e) = conn.run(|c| config.claimer.withdraw(c))
+        {
+            log::debug!("pgqueuer could not delete this worker's recorded limits: {e}");
         }
     }
 }

@@ -10,6 +10,7 @@ use postgres::Client;
 use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
 use super::ledger::Ledger;
+use super::limits::LimitWatch;
 use super::stats::Stats;
 use crate::connect::drop_elsewhere;
 use crate::error::chain;
@@ -35,6 +36,10 @@ struct Listener<'a> {
     listen: &'a crate::connect::Target,
     doorbell: &'a Doorbell,
     ledger: &'a Ledger,
+    /// Told when the stored limits change.
+    limits: &'a LimitWatch,
+    /// The channel of those changes (`Settings::limits_channel`).
+    limits_channel: String,
     /// Where the listener says it is alive (and connected).
     stats: &'a Stats,
     /// Which of a list of ids this worker still owns (`sql::claim::queue_owned`).
@@ -46,6 +51,7 @@ pub(crate) fn run(
     config: &WorkerConfig,
     doorbell: &Doorbell,
     ledger: &Ledger,
+    limits: &LimitWatch,
     stats: &Stats,
     alive: &Receiver<()>,
 ) {
@@ -58,6 +64,8 @@ pub(crate) fn run(
         listen,
         doorbell,
         ledger,
+        limits,
+        limits_channel: config.settings.limits_channel(),
         stats,
         owned_sql: sql::claim::queue_owned(&config.settings),
     };
@@ -97,6 +105,10 @@ impl Listener<'_> {
     fn connect(&self) -> Result<Client, postgres::Error> {
         let mut client = self.listen.connect()?;
         client.batch_execute(&sql::channel_listen(&self.config.settings.channel))?;
+        client.batch_execute(&sql::channel_listen(&self.limits_channel))?;
+        // Changes stored while no LISTEN was active were missed: read them again.
+        self.limits.limits_stored();
+        self.doorbell.ring(Wake::LimitsChanged);
         Ok(client)
     }
 
@@ -116,7 +128,7 @@ impl Listener<'_> {
                 // ours; a truncate leaves nothing to claim.
                 match change.operation {
                     Operation::Insert | Operation::Update => self.doorbell.ring(Wake::Changed),
-                    Operation::Delete if self.config.claimer.is_capacity_gated() => {
+                    Operation::Delete if self.limits.effective().is_capacity_gated() => {
                         self.doorbell.ring(Wake::Freed);
                     }
                     Operation::Delete | Operation::Truncate => {}
@@ -200,6 +212,12 @@ impl Listener<'_> {
                 // after POLL of steady traffic) to check for shutdown and run health checks.
                 loop {
                     match it.next() {
+                        Ok(Some(n)) if n.channel() == self.limits_channel => {
+                            // The payload (an entrypoint) is not trusted: any role may
+                            // notify. Reading the stored limits again is all it causes.
+                            self.limits.limits_stored();
+                            self.doorbell.ring(Wake::LimitsChanged);
+                        }
                         Ok(Some(n)) => self.handle(n.payload(), &mut probe, &mut unconfirmed),
                         Ok(None) => break,
                         Err(e) => return Err(chain(&e).to_string()),

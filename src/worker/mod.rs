@@ -271,7 +271,7 @@ impl Worker {
             drop(alive_tx);
             let (alive, ledger_ref, doorbell_ref) = (&alive_rx, &ledger, &doorbell);
             handles.push(spawn_named(scope, "pgqueuer-listen".into(), move || {
-                listener::run(config, doorbell_ref, ledger_ref, stats, alive);
+                listener::run(config, doorbell_ref, ledger_ref, limits, stats, alive);
             }));
             handles.push(spawn_named(scope, "pgqueuer-heartbeat".into(), move || {
                 heartbeat::run(config, ledger_ref, limits, doorbell_ref, stats, alive);

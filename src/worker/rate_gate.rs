@@ -12,9 +12,10 @@
 //! late start costs one unit more. Where none is free it waits for one, as a claim would.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::claim::Claimer;
 use crate::job::{Job, JobId};
 use crate::lock::lock;
 use crate::shutdown::ShutdownHandle;
@@ -28,18 +29,27 @@ const RETRY_MIN: Duration = Duration::from_millis(1);
 /// send), until its handler starts.
 #[derive(Default)]
 pub(crate) struct RateGate {
-    claimed: Mutex<HashMap<JobId, Instant>>,
+    /// Per job: when its claim was sent, and how late after that it may start.
+    claimed: Mutex<HashMap<JobId, (Instant, Duration)>>,
+    /// The claimer of the latest rate-limited claim (the limits in force then), for late
+    /// starts' units.
+    claimer: Mutex<Option<Arc<Claimer>>>,
 }
 
 impl RateGate {
     /// Records that `jobs` were claimed by a statement sent at `sent` (only those of
     /// rate-limited entrypoints are kept).
-    pub(crate) fn claimed(&self, config: &WorkerConfig, jobs: &[Job], sent: Instant) {
+    pub(crate) fn claimed(&self, claimer: &Claimer, jobs: &[Job], sent: Instant) {
         let mut claimed = lock(&self.claimed);
+        let mut any = false;
         for job in jobs {
-            if config.claimer.start_allowance(&job.entrypoint).is_some() {
-                claimed.insert(job.id, sent);
+            if let Some(allowance) = claimer.start_allowance(&job.entrypoint) {
+                claimed.insert(job.id, (sent, allowance));
+                any = true;
             }
+        }
+        if any {
+            *lock(&self.claimer) = Some(Arc::new(claimer.clone()));
         }
     }
 
@@ -53,15 +63,15 @@ impl RateGate {
         job: &Job,
         cancelled: impl Fn() -> bool,
     ) -> bool {
-        let Some(sent) = lock(&self.claimed).remove(&job.id) else {
-            return true;
-        };
-        let Some(allowance) = config.claimer.start_allowance(&job.entrypoint) else {
+        let Some((sent, allowance)) = lock(&self.claimed).remove(&job.id) else {
             return true;
         };
         if sent.elapsed() <= allowance {
             return true;
         }
+        let Some(claimer) = lock(&self.claimer).clone() else {
+            return true;
+        };
         let mut backoff = Duration::from_millis(50);
         loop {
             if shutdown.is_shutdown() || cancelled() {
@@ -78,7 +88,7 @@ impl RateGate {
                 .pool
                 .get()
                 .map_err(crate::Error::from)
-                .and_then(|mut c| config.claimer.spend_late_start(c.client(), &job.entrypoint));
+                .and_then(|mut c| claimer.spend_late_start(c.client(), &job.entrypoint));
             match spent {
                 Ok(None) if sent.elapsed() <= allowance => return true,
                 // Spent, but too long ago again: another try spends another unit.

@@ -65,8 +65,8 @@ struct PerEntrypoint {
     retried: Count,
     handler: Timing,
     start_latency: Timing,
-    /// Limited entrypoints only.
-    slots_in_use: Option<Level>,
+    /// Entrypoints with a concurrency limit in force only (made when one first is).
+    slots_in_use: std::sync::OnceLock<Level>,
 }
 
 impl PerEntrypoint {
@@ -87,7 +87,13 @@ impl PerEntrypoint {
             retried: Count::new(names::JOBS_RETRIED, &e),
             handler: Timing::new(names::HANDLER_DURATION, &e),
             start_latency: Timing::new(names::START_LATENCY, &e),
-            slots_in_use: limited.then(|| Level::new(names::SLOTS_IN_USE, &e)),
+            slots_in_use: {
+                let level = std::sync::OnceLock::new();
+                if limited {
+                    let _ = level.set(Level::new(names::SLOTS_IN_USE, &e));
+                }
+                level
+            },
         }
     }
 
@@ -98,6 +104,29 @@ impl PerEntrypoint {
             Status::Failed => &self.failed,
             _ => &self.exception,
         }
+    }
+}
+
+/// The levels of one rate-limit window: its starts within the last window and its limit.
+struct RateLevels {
+    entrypoint: String,
+    per: Duration,
+    starts: Level,
+    limit: Level,
+}
+
+impl RateLevels {
+    fn new(entrypoint: &str, limit: crate::rate::RateLimit) -> RateLevels {
+        let window = format!("{}", limit.per().as_secs_f64());
+        let labels = [("entrypoint", entrypoint), ("window_seconds", &window)];
+        let levels = RateLevels {
+            entrypoint: entrypoint.to_owned(),
+            per: limit.per(),
+            starts: Level::new(names::RATE_STARTS, &labels),
+            limit: Level::new(names::RATE_LIMIT, &labels),
+        };
+        levels.limit.set(u64::from(limit.starts()));
+        levels
     }
 }
 
@@ -129,9 +158,10 @@ pub(crate) struct Stats {
     last_write_failure: std::sync::Mutex<Option<String>>,
     /// What [`StatsHandle::health`] reads: when each loop last made progress.
     pub(crate) liveness: Liveness,
-    /// Per rate-limit window (entrypoint, window): the starts within the last window at
-    /// the limit watch's last look, and the limit's starts.
-    rates: Vec<(String, Duration, Level)>,
+    /// Per rate-limit window in force (entrypoint, window): the starts within the last
+    /// window at the limit watch's last look, and the limit's starts. A window stored
+    /// while the worker runs gets its levels when first seen.
+    rates: std::sync::Mutex<Vec<RateLevels>>,
 }
 
 impl Stats {
@@ -166,27 +196,19 @@ impl Stats {
             write_failures: Count::new(names::WRITE_FAILURES, &[]),
             last_write_failure: std::sync::Mutex::new(None),
             liveness: Liveness::new(),
-            rates: registry
-                .order
-                .iter()
-                .flat_map(|name| {
-                    registry.by_name[name]
-                        .options
-                        .rate_limits
-                        .iter()
-                        .map(|limit| {
-                            let window = format!("{}", limit.per().as_secs_f64());
-                            let labels =
-                                [("entrypoint", name.as_str()), ("window_seconds", &window)];
-                            Level::new(names::RATE_LIMIT, &labels).set(u64::from(limit.starts()));
-                            (
-                                name.clone(),
-                                limit.per(),
-                                Level::new(names::RATE_STARTS, &labels),
-                            )
-                        })
-                })
-                .collect(),
+            rates: std::sync::Mutex::new(
+                registry
+                    .order
+                    .iter()
+                    .flat_map(|name| {
+                        registry.by_name[name]
+                            .options
+                            .rate_limits
+                            .iter()
+                            .map(|limit| RateLevels::new(name, *limit))
+                    })
+                    .collect(),
+            ),
         }
     }
 
@@ -273,18 +295,29 @@ impl Stats {
     /// The limit watch has looked at the slots: publish those held per limited
     /// entrypoint.
     pub(crate) fn slots_seen(&self, limits: &LimitWatch) {
+        let mut rates = crate::lock::lock(&self.rates);
         for r in limits.rate_stats() {
-            if let Some((_, _, level)) = self
-                .rates
+            let at = rates
                 .iter()
-                .find(|(e, per, _)| *e == r.entrypoint && *per == r.limit.per())
-            {
-                level.set(r.starts_in_window);
-            }
+                .position(|l| l.entrypoint == r.entrypoint && l.per == r.limit.per());
+            let levels = match at {
+                Some(i) => &rates[i],
+                None => {
+                    rates.push(RateLevels::new(&r.entrypoint, r.limit));
+                    &rates[rates.len() - 1]
+                }
+            };
+            levels.starts.set(r.starts_in_window);
+            levels.limit.set(u64::from(r.limit.starts()));
         }
+        drop(rates);
         for l in limits.stats() {
-            if let Some(level) = self.of(&l.entrypoint).and_then(|e| e.slots_in_use.as_ref()) {
-                level.set(l.slots_in_use);
+            if let Some(e) = self.of(&l.entrypoint) {
+                e.slots_in_use
+                    .get_or_init(|| {
+                        Level::new(names::SLOTS_IN_USE, &[("entrypoint", &l.entrypoint)])
+                    })
+                    .set(l.slots_in_use);
             }
         }
     }

@@ -298,9 +298,16 @@ pub(crate) enum Command {
     },
 
     /// Show, per entrypoint with picked jobs, the concurrency slots held and the highest
-    /// one: a worker that took slot N declares a limit above N, so a highest slot at or
-    /// above a worker's limit shows that workers disagree on the limit.
-    Limits(Json),
+    /// one (a worker that took slot N declares a limit above N, so a highest slot at or
+    /// above a worker's limit shows that workers disagree on the limit), the limits stored
+    /// with 'pgq limits set' and their latest changes; or change the stored limits.
+    Limits {
+        #[command(subcommand)]
+        action: Option<LimitsCommand>,
+        /// A JSON array (one object per entrypoint, with its stored limits).
+        #[arg(long)]
+        json: bool,
+    },
 
     /// Audit concurrency limits after the fact: from the log rows of the window (each
     /// job's pick and its next transition), the most jobs of each entrypoint that were
@@ -378,6 +385,38 @@ Levels:
   volatile   all four tables UNLOGGED (fastest; emptied by a crash, not replicated)
   balanced   queue and schedules LOGGED, log and statistics UNLOGGED
   durable    all four LOGGED";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LimitsCommand {
+    /// Store limits for ENTRYPOINT that override what workers of this crate declare:
+    /// running workers take them within a second. Lowering a concurrency limit cancels no
+    /// running job: the extra slots drain. Python PgQueuer workers do not read them.
+    Set {
+        /// The entrypoint.
+        entrypoint: String,
+        /// A rate limit, N/WINDOW (100/s, 1000/h, 5/250ms); repeat to stack windows. Keeps
+        /// the stored rate limits when absent.
+        #[arg(long = "rate", value_name = "N/WINDOW")]
+        rates: Vec<String>,
+        /// Store "no rate limit", overriding declared ones.
+        #[arg(long, conflicts_with = "rates")]
+        no_rate: bool,
+        /// The concurrency limit (0: none). Keeps the stored one when absent.
+        #[arg(long, value_name = "N")]
+        concurrency: Option<u32>,
+        /// Who makes the change, for the log [default: $USER].
+        #[arg(long, value_name = "WHO")]
+        by: Option<String>,
+    },
+    /// Delete ENTRYPOINT's stored limits: workers go back to what they declare.
+    Unset {
+        /// The entrypoint.
+        entrypoint: String,
+        /// Who makes the change, for the log [default: $USER].
+        #[arg(long, value_name = "WHO")]
+        by: Option<String>,
+    },
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SqlCommand {

@@ -178,7 +178,11 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             heartbeat_timeout,
             json,
         } => jobs::explain(ctx, id, heartbeat_timeout, json),
-        Command::Limits(json) => monitor::limits(ctx, json.json),
+        Command::Limits { action: None, json } => monitor::limits(ctx, json),
+        Command::Limits {
+            action: Some(action),
+            ..
+        } => monitor::change_limits(ctx, action),
         Command::Mcp { statement_timeout } => mcp(ctx, statement_timeout),
         Command::Health {
             stall_after,

@@ -8,10 +8,11 @@ use pgqueuer::postgres::fallible_iterator::FallibleIterator;
 use pgqueuer::{Error, Settings};
 use serde_json::{Value, json};
 
+use crate::args::LimitsCommand;
 use crate::args::format_span;
 use crate::output::{
-    Cell, backlog_json, clock, number, print_json, schedule_json, short, stale_json, table, text,
-    throughput_json, worker_json,
+    Cell, backlog_json, clock, iso_time, number, print_json, schedule_json, short, stale_json,
+    table, text, throughput_json, worker_json,
 };
 use crate::{Context, Failure, Outcome, fail};
 
@@ -463,65 +464,321 @@ pub(crate) fn schedules(ctx: &Context, remove: &[String], json: bool) -> Outcome
 pub(crate) fn limits(ctx: &Context, json: bool) -> Outcome {
     let mut conn = ctx.connect()?;
     let slots = ops::slots_in_use(&mut *conn, &ctx.settings)?;
+    let stored = ops::stored_limits(&mut *conn, &ctx.settings)?;
+    let declared = ops::declared_limits(&mut *conn, &ctx.settings)?;
+    let changes = ops::limit_changes(&mut *conn, &ctx.settings, 10)?;
+    // Every entrypoint that holds slots, has stored limits or a running worker.
+    let mut names: Vec<&str> = slots
+        .iter()
+        .map(|s| s.entrypoint.as_str())
+        .chain(stored.iter().map(|s| s.entrypoint.as_str()))
+        .chain(declared.iter().map(|d| d.entrypoint.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let views: Vec<LimitsView<'_>> = names
+        .iter()
+        .map(|name| LimitsView {
+            entrypoint: name,
+            slots: slots.iter().find(|s| s.entrypoint == *name),
+            stored: stored.iter().find(|s| s.entrypoint == *name),
+            declared: declared.iter().filter(|d| d.entrypoint == *name).collect(),
+        })
+        .collect();
     if json {
-        print_json(
-            slots
-                .iter()
-                .map(|s| {
-                    json!({
-                        "entrypoint": s.entrypoint,
-                        "slots_in_use": s.in_use,
-                        "highest_slot": s.highest,
-                        "smallest_limit_that_took_it": s.highest.map(|h| h + 1),
-                        "picked_without_slot": s.unslotted,
-                    })
-                })
-                .collect(),
+        print_json(views.iter().map(LimitsView::json).collect());
+        return Ok(());
+    }
+    if views.is_empty() {
+        println!(
+            "No picked jobs, no stored limits and no running worker of this crate ('pgq limits \
+             set' stores limits)."
         );
         return Ok(());
     }
-    if slots.is_empty() {
-        println!("No picked jobs.");
-        return Ok(());
-    }
-    let rows: Vec<Vec<Cell>> = slots
+    let rows: Vec<Vec<Cell>> = views
         .iter()
-        .map(|s| {
+        .map(|v| {
             vec![
-                text(&s.entrypoint),
-                number(&s.in_use),
-                text(
-                    s.highest
-                        .map(|h| h.to_string())
-                        .unwrap_or_else(|| "-".into()),
-                ),
-                text(
-                    s.highest
-                        .map(|h| format!(">= {}", h + 1))
-                        .unwrap_or_else(|| "-".into()),
-                ),
-                number(&s.unslotted),
+                text(v.entrypoint),
+                text(v.declared_text()),
+                text(v.stored_text()),
+                text(v.in_force_text()),
             ]
         })
         .collect();
+    println!("Limits (stored ones override what workers declare; 'pgq limits set' stores some):");
     print!(
         "{}",
         table(
-            &[
-                "Entrypoint",
-                "Slots held",
-                "Highest slot",
-                "Limit of its worker",
-                "Picked without slot"
-            ],
+            &["Entrypoint", "Declared by workers", "Stored", "In force"],
             &rows
         )
     );
-    println!(
-        "A worker that took slot N declares a limit above N: a highest slot at or above a \
-         worker's own limit means the workers disagree, and the largest limit is the one \
-         that holds."
-    );
+    if !slots.is_empty() {
+        let rows: Vec<Vec<Cell>> = slots
+            .iter()
+            .map(|s| {
+                vec![
+                    text(&s.entrypoint),
+                    number(&s.in_use),
+                    text(s.highest.map_or_else(|| "-".into(), |h| h.to_string())),
+                    text(
+                        s.highest
+                            .map_or_else(|| "-".into(), |h| format!(">= {}", h + 1)),
+                    ),
+                    number(&s.unslotted),
+                ]
+            })
+            .collect();
+        println!();
+        print!(
+            "{}",
+            table(
+                &[
+                    "Entrypoint",
+                    "Slots held",
+                    "Highest slot",
+                    "Limit of its worker",
+                    "Picked without slot"
+                ],
+                &rows
+            )
+        );
+        println!(
+            "A worker that took slot N had a limit above N: a highest slot at or above the \
+             limit in force means workers disagree (the largest limit is the one that holds), \
+             or that a lowered limit is still draining."
+        );
+    }
+    if !changes.is_empty() {
+        let rows: Vec<Vec<Cell>> = changes
+            .iter()
+            .map(|c| {
+                vec![
+                    text(short(c.changed)),
+                    text(format!("{} ({})", c.changed_by, c.db_user)),
+                    text(&c.entrypoint),
+                    text(&c.action),
+                    text(
+                        c.concurrency_limit
+                            .map_or_else(|| "-".to_owned(), concurrency_text),
+                    ),
+                    text(
+                        c.rates
+                            .as_ref()
+                            .map_or_else(|| "-".to_owned(), |r| rates_text(r)),
+                    ),
+                ]
+            })
+            .collect();
+        println!();
+        println!("Latest changes:");
+        print!(
+            "{}",
+            table(
+                &["When", "By", "Entrypoint", "Action", "Concurrency", "Rates"],
+                &rows
+            )
+        );
+    }
+    Ok(())
+}
+
+/// What `pgq limits` knows of one entrypoint.
+struct LimitsView<'a> {
+    entrypoint: &'a str,
+    slots: Option<&'a ops::SlotUse>,
+    stored: Option<&'a ops::StoredLimits>,
+    declared: Vec<&'a ops::DeclaredLimits>,
+}
+
+impl LimitsView<'_> {
+    /// The distinct declarations, each with how many workers make it.
+    fn declarations(&self) -> Vec<(u32, &[String], usize)> {
+        let mut seen: Vec<(u32, &[String], usize)> = Vec::new();
+        for d in &self.declared {
+            match seen
+                .iter_mut()
+                .find(|(l, r, _)| *l == d.concurrency_limit && *r == d.rates.as_slice())
+            {
+                Some(entry) => entry.2 += 1,
+                None => seen.push((d.concurrency_limit, &d.rates, 1)),
+            }
+        }
+        seen
+    }
+
+    fn declared_text(&self) -> String {
+        let declarations = self.declarations();
+        if declarations.is_empty() {
+            return "no running worker".into();
+        }
+        declarations
+            .iter()
+            .map(|(limit, rates, n)| {
+                format!(
+                    "{}, {} ({n} worker{})",
+                    concurrency_text(*limit),
+                    rates_text(rates),
+                    if *n == 1 { "" } else { "s" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn stored_text(&self) -> String {
+        let Some(s) = self.stored else {
+            return "-".into();
+        };
+        format!(
+            "{}, {} (by {}, {})",
+            s.concurrency_limit
+                .map_or_else(|| "concurrency as declared".to_owned(), concurrency_text),
+            s.rates.as_ref().map_or_else(
+                || "rates as declared".to_owned(),
+                |r| rates_text(&r.iter().map(ToString::to_string).collect::<Vec<_>>())
+            ),
+            s.changed_by,
+            short(s.changed)
+        )
+    }
+
+    /// The limits every worker of this crate keeps: the stored ones, over what they
+    /// declare.
+    fn in_force_text(&self) -> String {
+        let declarations = self.declarations();
+        let concurrency: Option<u32> =
+            self.stored
+                .and_then(|s| s.concurrency_limit)
+                .or(match declarations.as_slice() {
+                    [(limit, _, _)] => Some(*limit),
+                    _ => None,
+                });
+        let rates: Option<Vec<String>> = self
+            .stored
+            .and_then(|s| s.rates.as_ref())
+            .map(|r| r.iter().map(ToString::to_string).collect())
+            .or(match declarations.as_slice() {
+                [(_, rates, _)] => Some(rates.to_vec()),
+                _ => None,
+            });
+        match (concurrency, rates) {
+            (Some(c), Some(r)) => format!("{}, {}", concurrency_text(c), rates_text(&r)),
+            (Some(c), None) if declarations.is_empty() => {
+                format!("{}, rates as each worker declares", concurrency_text(c))
+            }
+            (None, Some(r)) if declarations.is_empty() => {
+                format!("concurrency as each worker declares, {}", rates_text(&r))
+            }
+            _ if declarations.is_empty() => "as each worker declares".into(),
+            _ => "differs by worker: declare the same limits, or store them".into(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "entrypoint": self.entrypoint,
+            "slots_in_use": self.slots.map_or(0, |s| s.in_use),
+            "highest_slot": self.slots.and_then(|s| s.highest),
+            "smallest_limit_that_took_it": self.slots.and_then(|s| s.highest.map(|h| h + 1)),
+            "picked_without_slot": self.slots.map_or(0, |s| s.unslotted),
+            "declared": self.declared.iter().map(|d| json!({
+                "worker": d.worker.to_string(),
+                "concurrency_limit": d.concurrency_limit,
+                "rates": d.rates,
+                "seen": iso_time(d.seen),
+            })).collect::<Vec<_>>(),
+            "stored": self.stored.map(|s| json!({
+                "concurrency_limit": s.concurrency_limit,
+                "rates": s.rates.as_ref().map(|r| r.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                "changed": iso_time(s.changed),
+                "changed_by": s.changed_by,
+            })),
+        })
+    }
+}
+
+fn concurrency_text(limit: u32) -> String {
+    if limit == 0 {
+        "no concurrency limit".into()
+    } else {
+        format!("concurrency {limit}")
+    }
+}
+
+fn rates_text(rates: &[String]) -> String {
+    if rates.is_empty() {
+        "no rate limit".into()
+    } else {
+        rates.join(" + ")
+    }
+}
+
+/// `pgq limits set` and `pgq limits unset`.
+pub(crate) fn change_limits(ctx: &Context, action: LimitsCommand) -> Outcome {
+    let who = |by: Option<String>| {
+        by.or_else(|| std::env::var("USER").ok())
+            .filter(|b| !b.trim().is_empty())
+            .unwrap_or_else(|| "pgq".to_owned())
+    };
+    let mut conn = ctx.connect()?;
+    match action {
+        LimitsCommand::Set {
+            entrypoint,
+            rates,
+            no_rate,
+            concurrency,
+            by,
+        } => {
+            let parsed: Vec<pgqueuer::RateLimit> = rates
+                .iter()
+                .map(|r| pgqueuer::RateLimit::parse(r))
+                .collect::<Result<_, _>>()?;
+            let rates = if no_rate {
+                Some(&[][..])
+            } else if parsed.is_empty() {
+                None
+            } else {
+                Some(&parsed[..])
+            };
+            if rates.is_none() && concurrency.is_none() {
+                return Err(fail(
+                    "pgq limits set: give --concurrency N, --rate N/WINDOW or --no-rate; \
+                     there is nothing to store",
+                ));
+            }
+            let stored = ops::set_limits(
+                &mut *conn,
+                &ctx.settings,
+                &entrypoint,
+                concurrency,
+                rates,
+                &who(by),
+            )?;
+            println!(
+                "Stored for {}: {}, {}. Running workers take it within a second.",
+                stored.entrypoint,
+                stored
+                    .concurrency_limit
+                    .map_or_else(|| "concurrency as declared".to_owned(), concurrency_text),
+                stored.rates.as_ref().map_or_else(
+                    || "rates as declared".to_owned(),
+                    |r| rates_text(&r.iter().map(ToString::to_string).collect::<Vec<_>>())
+                )
+            );
+        }
+        LimitsCommand::Unset { entrypoint, by } => {
+            if ops::unset_limits(&mut *conn, &ctx.settings, &entrypoint, &who(by))? {
+                println!(
+                    "Deleted the stored limits of {entrypoint}: workers use the limits they declare."
+                );
+            } else {
+                println!("{entrypoint} has no stored limits.");
+            }
+        }
+    }
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! races (`slots`, `races`), a worker's threads within its limits (`worker`), a worker
 //! facing full slots (`full_slots`), workers that disagree on a limit, Python's and ours
 //! (`disagree`), limits far from binding claimed as if there were none (`relaxed`), and
-//! the limit audit from the log (`audit`). A fleet of Rust and Python
+//! the limit audit from the log (`audit`), rate limits (`rates`) and limits stored in the
+//! database while workers run (`stored`). A fleet of Rust and Python
 //! workers at one limit is in `interop::fleet`.
 
 mod audit;
@@ -12,6 +13,7 @@ mod races;
 mod rates;
 mod relaxed;
 mod slots;
+mod stored;
 mod worker;
 
 use std::time::Duration;
