@@ -127,8 +127,8 @@ pub use queue::{
 pub use rate::RateLimit;
 pub use schedules::{RunningScheduler, Schedule, ScheduleId, Scheduler, SchedulerBuilder};
 pub use schema::{
-    UpgradePlan, UpgradeReport, describe_schema, uninstall, uninstall_sql, uninstall_with, upgrade,
-    upgrade_plan, upgrade_sql, upgrade_with, verify, verify_with,
+    UpgradePlan, UpgradeReport, describe_schema, missing_own_tables, uninstall, uninstall_sql,
+    uninstall_with, upgrade, upgrade_plan, upgrade_sql, upgrade_with, verify, verify_with,
 };
 pub use settings::{Durability, Settings};
 pub use shutdown::ShutdownHandle;

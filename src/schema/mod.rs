@@ -185,17 +185,7 @@ pub fn upgrade_with(client: &mut Client, settings: &Settings) -> Result<UpgradeR
 /// are built.
 fn own_tables(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
     let name = settings.rates_table();
-    let limits = settings.limits_log_table();
-    let exists = |client: &mut Client, table: &str| -> Result<bool> {
-        Ok(query_one_alone(
-            client,
-            sql::rates::RATES_EXIST,
-            &[(&table, Type::TEXT), (&settings.schema, Type::TEXT)],
-        )?
-        .get(0))
-    };
-    let declared = settings.declared_table();
-    if exists(client, &name)? && exists(client, &limits)? && exists(client, &declared)? {
+    if missing_own_tables(client, settings)?.is_empty() {
         return Ok(Vec::new());
     }
     let made = (|| -> Result<()> {
@@ -211,12 +201,10 @@ fn own_tables(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
         Ok(())
     })();
     match made {
-        Ok(()) => Ok(vec![
-            settings.qualify(&name),
-            settings.qualify(&settings.limits_table()),
-            settings.qualify(&limits),
-            settings.qualify(&declared),
-        ]),
+        Ok(()) => Ok(own_table_names(settings)
+            .iter()
+            .map(|t| settings.qualify(t))
+            .collect()),
         Err(Error::Db(e))
             if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
                 || e.code() == Some(&postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) =>
@@ -232,6 +220,45 @@ fn own_tables(client: &mut Client, settings: &Settings) -> Result<Vec<String>> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// The tables of this crate's own, outside PgQueuer's catalog: the rates table, the
+/// stored limits, their change log, and the workers' declared limits.
+fn own_table_names(settings: &Settings) -> [String; 4] {
+    [
+        settings.rates_table(),
+        settings.limits_table(),
+        settings.limits_log_table(),
+        settings.declared_table(),
+    ]
+}
+
+/// The tables of this crate's own that `client`'s database lacks, qualified: the rates
+/// table (rate limits need it), the stored limits and their change log (`pgq limits
+/// set`) and the workers' declared limits (`pgq limits`). [`upgrade_with`] creates them;
+/// PgQueuer knows nothing of them, and workers without rate limits run without them.
+///
+/// # Errors
+/// [`Error::InvalidSetting`] for a bad name; [`Error::Db`] when the catalog cannot be
+/// read.
+pub fn missing_own_tables<C: GenericClient>(
+    client: &mut C,
+    settings: &Settings,
+) -> Result<Vec<String>> {
+    settings.validate()?;
+    let mut missing = Vec::new();
+    for table in own_table_names(settings) {
+        let present: bool = query_one_alone(
+            client,
+            sql::rates::RATES_EXIST,
+            &[(&table, Type::TEXT), (&settings.schema, Type::TEXT)],
+        )?
+        .get(0);
+        if !present {
+            missing.push(settings.qualify(&table));
+        }
+    }
+    Ok(missing)
 }
 
 /// Checks that the rates table exists, for a worker or claimer that declares rate limits.

@@ -108,7 +108,23 @@ pub(crate) fn verify(ctx: &Context, expect: Expect) -> Outcome {
         return match pgqueuer::verify_with(&mut conn, settings) {
             Ok(()) => {
                 println!("All required PgQueuer database objects are present.");
-                Ok(())
+                // This crate's own tables: rate limits and stored limits need them.
+                let missing = pgqueuer::missing_own_tables(&mut *conn, settings)?;
+                if missing.is_empty() {
+                    println!("This crate's own tables (rate limits, stored limits) are present.");
+                    return Ok(());
+                }
+                for table in &missing {
+                    println!(
+                        "missing table {table} (this crate's own: rate limits and 'pgq limits' need it)"
+                    );
+                }
+                Err(fail(format!(
+                    "{} of this crate's own tables are missing in {}; run 'pgq upgrade' to \
+                     create them (PgQueuer's own upgrade does not)",
+                    missing.len(),
+                    conn.target()
+                )))
             }
             Err(Error::Schema { missing, .. }) => {
                 for object in &missing {

@@ -40,6 +40,23 @@ fn install_verify_and_uninstall_through_the_program() {
         "PgQueuer schema is already up to date."
     );
     let mut client = db.client();
+    // This crate's own tables are checked too, and `upgrade` makes a missing one again.
+    client
+        .batch_execute("DROP TABLE pgqueuer_rs_declared")
+        .unwrap();
+    let own = pgq(&db, &["verify"]);
+    assert_eq!(own.code, 1, "{own:?}");
+    assert!(
+        own.stdout.contains("missing table pgqueuer_rs_declared")
+            && own.stderr.contains("run 'pgq upgrade'"),
+        "{own:?}"
+    );
+    pgq(&db, &["upgrade"]).ok();
+    assert!(
+        pgq(&db, &["verify"])
+            .ok()
+            .contains("This crate's own tables (rate limits, stored limits) are present.")
+    );
     let log_persistence: String = scalar(
         &mut client,
         "SELECT relpersistence::text FROM pg_class WHERE relname = 'pgqueuer_log'",

@@ -35,8 +35,10 @@ fn a_larger_python_limit_is_reported_with_the_numbers() {
     assert!(!limits.paused);
     let warned = captured(&format!("entrypoint {ep:?}: a job holds slot 3"));
     assert!(
-        warned.iter().any(|l| l
-            .contains("declares a concurrency limit of at least 4, while this worker's is 2")),
+        warned
+            .iter()
+            .any(|l| l
+                .contains("declares a concurrency limit of at least 4, while this worker's is 2")),
         "{warned:?}"
     );
     ours.join().unwrap();
