@@ -157,3 +157,8 @@ struct UsageDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/operating.md")]
 struct OperatingDoctests;
+
+/// The examples of the rate limits guide (`docs/rate-limits.md`), compiled the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/rate-limits.md")]
+struct RateLimitsDoctests;

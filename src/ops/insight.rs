@@ -116,6 +116,11 @@ pub struct RateUse {
     /// entrypoint and window since its units were made (units are never taken away, so a
     /// limit lowered since shows its old value here).
     pub units: u64,
+    /// The starts the limit in force allows: the stored one ([`super::set_limits`]) where
+    /// the entrypoint has stored rate limits, else the largest that a running worker of
+    /// this crate declares for the window ([`super::declared_limits`]). `None` when no
+    /// worker keeps the window now.
+    pub limit: Option<u64>,
 }
 
 /// The rate in use of every rate-limit window with units in the rates table, by
@@ -134,15 +139,40 @@ pub fn rates_in_use<C: GenericClient>(client: &mut C, settings: &Settings) -> Re
     if !exists.try_get::<_, bool>(0)? {
         return Ok(Vec::new());
     }
-    connect::query_alone(client, &crate::sql::rates::rates_by_window(settings), &[])?
-        .iter()
+    let rows = connect::query_alone(client, &crate::sql::rates::rates_by_window(settings), &[])?;
+    // A stored row this crate cannot read shows as no stored limit here (`pgq limits`
+    // names it).
+    let stored = super::stored_limits(client, settings).unwrap_or_default();
+    let declared = super::declared_limits(client, settings)?;
+    rows.iter()
         .map(|row| {
             let per_us: i64 = row.try_get("per_us")?;
+            let entrypoint: String = row.try_get("entrypoint")?;
+            let per = Duration::from_micros(u64::try_from(per_us).unwrap_or(0));
+            let limit = match stored
+                .iter()
+                .find(|s| s.entrypoint == entrypoint)
+                .and_then(|s| s.rates.as_ref())
+            {
+                Some(rates) => rates
+                    .iter()
+                    .find(|r| r.per() == per)
+                    .map(|r| u64::from(r.starts())),
+                None => declared
+                    .iter()
+                    .filter(|d| d.entrypoint == entrypoint)
+                    .flat_map(|d| d.rates.iter())
+                    .filter_map(|text| crate::RateLimit::parse(text).ok())
+                    .filter(|r| r.per() == per)
+                    .map(|r| u64::from(r.starts()))
+                    .max(),
+            };
             Ok(RateUse {
-                entrypoint: row.try_get("entrypoint")?,
-                per: Duration::from_micros(u64::try_from(per_us).unwrap_or(0)),
+                entrypoint,
+                per,
                 starts_in_window: count_of(row, "spent")?,
                 units: count_of(row, "units")?,
+                limit,
             })
         })
         .collect()

@@ -153,24 +153,28 @@ pub fn stored_limits<C: GenericClient>(
     settings: &Settings,
 ) -> Result<Vec<StoredLimits>> {
     settings.validate()?;
-    unless_missing(connect::query_alone(
+    if !exists(client, settings, &settings.limits_table())? {
+        return Ok(Vec::new());
+    }
+    connect::query_alone(
         client,
         &sql::overrides_select(settings),
         &[(&None::<Vec<String>>, Type::TEXT_ARRAY)],
-    ))?
+    )?
     .iter()
     .map(stored_of)
     .collect()
 }
 
-/// The rows of a read of this crate's own tables, none where the table is missing.
-fn unless_missing(rows: Result<Vec<postgres::Row>>) -> Result<Vec<postgres::Row>> {
-    match rows {
-        Err(Error::Db(e)) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) => {
-            Ok(Vec::new())
-        }
-        rows => rows,
-    }
+/// Whether this crate's own `table` exists. Asked first rather than read from a failed
+/// statement, which would abort the caller's transaction.
+fn exists<C: GenericClient>(client: &mut C, settings: &Settings, table: &str) -> Result<bool> {
+    Ok(connect::query_one_alone(
+        client,
+        crate::sql::rates::RATES_EXIST,
+        &[(&table, Type::TEXT), (&settings.schema, Type::TEXT)],
+    )?
+    .try_get(0)?)
 }
 
 /// For a change: a missing table means the schema needs this crate's upgrade.
@@ -203,23 +207,22 @@ pub fn declared_limits<C: GenericClient>(
     settings: &Settings,
 ) -> Result<Vec<DeclaredLimits>> {
     settings.validate()?;
-    unless_missing(connect::query_alone(
-        client,
-        &sql::declared_select(settings),
-        &[],
-    ))?
-    .iter()
-    .map(|row| {
-        let limit: i32 = row.try_get("concurrency_limit")?;
-        Ok(DeclaredLimits {
-            worker: row.try_get("worker")?,
-            entrypoint: row.try_get("entrypoint")?,
-            concurrency_limit: u32::try_from(limit).unwrap_or(0),
-            rates: row.try_get("rates")?,
-            seen: row.try_get("seen")?,
+    if !exists(client, settings, &settings.declared_table())? {
+        return Ok(Vec::new());
+    }
+    connect::query_alone(client, &sql::declared_select(settings), &[])?
+        .iter()
+        .map(|row| {
+            let limit: i32 = row.try_get("concurrency_limit")?;
+            Ok(DeclaredLimits {
+                worker: row.try_get("worker")?,
+                entrypoint: row.try_get("entrypoint")?,
+                concurrency_limit: u32::try_from(limit).unwrap_or(0),
+                rates: row.try_get("rates")?,
+                seen: row.try_get("seen")?,
+            })
         })
-    })
-    .collect()
+        .collect()
 }
 
 /// The latest `n` changes of the stored limits, newest first; none where the table is
@@ -234,25 +237,24 @@ pub fn limit_changes<C: GenericClient>(
 ) -> Result<Vec<LimitChange>> {
     settings.validate()?;
     let n = i64::try_from(n).unwrap_or(i64::MAX);
-    unless_missing(connect::query_alone(
-        client,
-        &sql::overrides_log(settings),
-        &[(&n, Type::INT8)],
-    ))?
-    .iter()
-    .map(|row| {
-        let limit: Option<i32> = row.try_get("concurrency_limit")?;
-        Ok(LimitChange {
-            changed: row.try_get("changed")?,
-            changed_by: row.try_get("changed_by")?,
-            db_user: row.try_get("db_user")?,
-            entrypoint: row.try_get("entrypoint")?,
-            action: row.try_get("action")?,
-            concurrency_limit: limit.map(|l| u32::try_from(l).unwrap_or(0)),
-            rates: row.try_get("rates")?,
+    if !exists(client, settings, &settings.limits_log_table())? {
+        return Ok(Vec::new());
+    }
+    connect::query_alone(client, &sql::overrides_log(settings), &[(&n, Type::INT8)])?
+        .iter()
+        .map(|row| {
+            let limit: Option<i32> = row.try_get("concurrency_limit")?;
+            Ok(LimitChange {
+                changed: row.try_get("changed")?,
+                changed_by: row.try_get("changed_by")?,
+                db_user: row.try_get("db_user")?,
+                entrypoint: row.try_get("entrypoint")?,
+                action: row.try_get("action")?,
+                concurrency_limit: limit.map(|l| u32::try_from(l).unwrap_or(0)),
+                rates: row.try_get("rates")?,
+            })
         })
-    })
-    .collect()
+        .collect()
 }
 
 /// Reads one stored row (`entrypoint, concurrency_limit, rates, changed, changed_by`).

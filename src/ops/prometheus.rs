@@ -143,8 +143,9 @@ pub fn prometheus_text<C: GenericClient>(
     series(
         &mut out,
         "pgqueuer_rate_limit_starts",
-        "The starts a rate limit allows in its window (its units: the largest limit declared \
-         since they were made), per entrypoint and window length.",
+        "The starts a rate limit allows in its window, per entrypoint and window length: the \
+         limit in force (stored, or declared by running workers), else its units (the largest \
+         limit declared since they were made).",
     );
     for rate in &rates {
         let _ = writeln!(
@@ -152,7 +153,7 @@ pub fn prometheus_text<C: GenericClient>(
             "pgqueuer_rate_limit_starts{{entrypoint=\"{}\",window_seconds=\"{}\"}} {}",
             label_value(&rate.entrypoint),
             rate.per.as_secs_f64(),
-            rate.units
+            rate.limit.unwrap_or(rate.units)
         );
     }
     series(

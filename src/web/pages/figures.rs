@@ -295,7 +295,7 @@ pub(in crate::web) fn entrypoint(p: &EntrypointPage<'_>) -> Markup {
                 tbody { @for r in p.rates { tr {
                     td { (span(r.per.as_secs_f64())) }
                     td.num { (r.starts_in_window) }
-                    td.num { (r.units) }
+                    td.num { (r.limit.unwrap_or(r.units)) }
                 } } }
             } }
         }

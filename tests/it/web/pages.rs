@@ -388,4 +388,24 @@ fn an_entrypoint_page_shows_its_rate_in_use() {
         table.contains("<td class=\"num\">2</td><td class=\"num\">5</td>"),
         "{table}"
     );
+    // A limit stored since is the one shown (the units stay those of the larger one).
+    pgqueuer::ops::set_limits(
+        &mut client,
+        &pgqueuer::Settings::default(),
+        "rated",
+        None,
+        Some(&[pgqueuer::RateLimit::new(
+            3,
+            std::time::Duration::from_secs(60),
+        )]),
+        "test",
+    )
+    .unwrap();
+    let page = get(server.addr(), "/entrypoints/rated");
+    assert!(
+        page.body
+            .contains("<td class=\"num\">2</td><td class=\"num\">3</td>"),
+        "{}",
+        page.body
+    );
 }
