@@ -48,6 +48,9 @@ pub struct Claim {
     /// units bounded this claim, and that has due jobs the claim left, may start one.
     /// `None` when no such entrypoint waits.
     pub rate_wait: Option<Duration>,
+    /// For a claimer with rate limits: every window of every rate-limited entrypoint had
+    /// two batches of rested units at the claim, so no rate binds for now.
+    pub(crate) rate_plenty: bool,
 }
 
 impl Claim {
@@ -334,6 +337,7 @@ impl ClaimerBuilder {
             budget: self.max_concurrent_tasks.map(i64::from),
             heartbeat_timeout: self.heartbeat_timeout,
             heartbeat_timeout_us: timeout_us,
+            plenty_at: 0,
         })
     }
 }
@@ -351,6 +355,9 @@ pub struct Claimer {
     budget: Option<i64>,
     heartbeat_timeout: Duration,
     heartbeat_timeout_us: i64,
+    /// How many rested units each rate-limit window needs for the rate to count as far
+    /// from binding ([`Claim::rate_plenty`]); 0 (the default) never asks.
+    plenty_at: i64,
 }
 
 impl Claimer {
@@ -383,6 +390,12 @@ impl Claimer {
     /// limit is far from full (see [`Gating`]).
     fn statement(&self, ending: bool, relaxed: bool) -> &str {
         if self.rates.is_some() {
+            if self.limits.iter().all(|l| *l <= 0) {
+                return self
+                    .statements
+                    .claim
+                    .get_rated_unslotted(self.budget.is_some(), ending);
+            }
             return self
                 .statements
                 .claim
@@ -523,6 +536,7 @@ impl Claimer {
                 (&rates.per_us, Type::INT8_ARRAY),
                 (&rates.starts, Type::INT8_ARRAY),
                 (&rates.cooldown_us, Type::INT8_ARRAY),
+                (&self.plenty_at, Type::INT8),
             ]);
         }
         match query(&params) {
@@ -541,6 +555,9 @@ impl Claimer {
                                 claim.rate_wait = wait.map(|us| {
                                     Duration::from_micros(u64::try_from(us).unwrap_or(0))
                                 });
+                                claim.rate_plenty = row
+                                    .try_get::<_, Option<bool>>("rate_plenty")?
+                                    .unwrap_or(false);
                             }
                         }
                     }
@@ -829,19 +846,23 @@ impl Claimer {
         .collect()
     }
 
-    /// True when every limited entrypoint of this claimer has `margin` slots to spare
-    /// beyond `in_use` (a claim's [`Claim::in_use`]): none of its limits binds for a
-    /// while. True without limits; false for an `in_use` of another claimer.
+    /// True when no limit of this claimer binds for a while, as `claim` (one of its own)
+    /// saw them: every limited entrypoint has `margin` slots to spare beyond those in use,
+    /// and every rate-limit window had two batches of rested units
+    /// ([`Claim::rate_plenty`]). True without limits; false for a claim of another
+    /// claimer.
     ///
-    /// False with rate limits: a job claimed ahead of a free thread would start later
-    /// than the moment its unit records.
-    pub(crate) fn far_from_full(&self, in_use: &[i64], margin: i64) -> bool {
+    /// A job of a rate-limited entrypoint claimed ahead of a free thread may start later
+    /// than the moment its unit records; the worker then spends fresh units for it
+    /// (`worker::rate_gate`), so claiming ahead is allowed only while units are plenty.
+    pub(crate) fn far_from_full(&self, claim: &Claim, margin: i64) -> bool {
         if !self.capacity_gated {
             return true;
         }
-        if self.rates.is_some() {
+        if self.rates.is_some() && !(claim.rate_plenty && self.plenty_at > 0) {
             return false;
         }
+        let in_use = &claim.in_use;
         in_use.len() == self.limits.len()
             && self
                 .limits
@@ -868,6 +889,14 @@ impl Claimer {
             limits,
             ..self.clone()
         })
+    }
+
+    /// This claimer, asking each rate-limited claim whether every window has `margin`
+    /// rested units (what a worker may hold beyond its free threads, see
+    /// [`Claimer::far_from_full`]).
+    pub(crate) fn with_plenty_at(mut self, margin: i64) -> Claimer {
+        self.plenty_at = margin.max(0);
+        self
     }
 
     /// The object names this claimer uses.

@@ -48,6 +48,9 @@ pub(crate) struct ClaimSql {
     /// The shapes that also keep rate limits (always capacity-gated, so careful or
     /// relaxed), indexed by `[relaxed][budget_gated][ending]`.
     rated: [[[String; 2]; 2]; 2],
+    /// The shapes that keep rate limits for a claimer without concurrency limits (no
+    /// slots: see [`rated_unslotted`]), indexed by `[budget_gated][ending]`.
+    rated_unslotted: [[String; 2]; 2],
 }
 
 impl ClaimSql {
@@ -63,6 +66,12 @@ impl ClaimSql {
                 .map(|gating| [shape(gating, false, false), shape(gating, true, false)]),
             rated: [Gating::Careful, Gating::Relaxed]
                 .map(|gating| [shape(gating, false, true), shape(gating, true, true)]),
+            rated_unslotted: [false, true].map(|budget| {
+                [
+                    rated_unslotted(s, budget, false),
+                    rated_unslotted(s, budget, true),
+                ]
+            }),
         }
     }
 
@@ -73,6 +82,11 @@ impl ClaimSql {
     /// A shape that keeps rate limits too; `relaxed` as [`Gating::Relaxed`].
     pub(crate) fn get_rated(&self, relaxed: bool, budget_gated: bool, ending: bool) -> &str {
         &self.rated[usize::from(relaxed)][usize::from(budget_gated)][usize::from(ending)]
+    }
+
+    /// The shape that keeps rate limits for a claimer without concurrency limits.
+    pub(crate) fn get_rated_unslotted(&self, budget_gated: bool, ending: bool) -> &str {
+        &self.rated_unslotted[usize::from(budget_gated)][usize::from(ending)]
     }
 }
 
@@ -85,12 +99,13 @@ impl ClaimSql {
 /// exclusion reads the rows the deletion returned), so the slot index never sees two live
 /// holders. They return one row at least, with the ended ids in `ended`.
 ///
-/// The `rated` shapes (capacity-gated only) also keep rate limits, with four parameters
+/// The `rated` shapes (capacity-gated only) also keep rate limits, with five parameters
 /// after all others (see [`super::rates::rate_room_ctes`]): a rate-limited entrypoint
 /// takes no more fresh jobs than its units allow, as though that were its remaining
 /// capacity, and spends one unit per fresh job in each of its windows. They return
 /// `rate_wait_us` (int8 or NULL) on every row: how long until a rate-limited entrypoint
-/// with due jobs left behind could start one.
+/// with due jobs left behind could start one; and `rate_plenty` (bool): whether every
+/// window had the rested units the last parameter asks for.
 pub(crate) fn queue_claim(
     s: &Settings,
     gating: Gating,
@@ -335,7 +350,8 @@ pub(crate) fn queue_claim(
         // or took first, so the caller can tell "lost a race, retry now" from "nothing
         // to do". With no claimed job the row's job columns are NULL.
         let rate_wait = if rated {
-            ",\n           (SELECT wait_us::bigint FROM rate_wait) AS rate_wait_us"
+            ",\n           (SELECT wait_us::bigint FROM rate_wait) AS rate_wait_us,\n           \
+             (SELECT plenty FROM rate_plenty) AS rate_plenty"
         } else {
             ""
         };
@@ -355,7 +371,7 @@ pub(crate) fn queue_claim(
             ctes.join(",\n"),
             JOB_COLUMNS,
             if rated {
-                ", contention.rate_wait_us"
+                ", contention.rate_wait_us, contention.rate_plenty"
             } else {
                 ""
             },
@@ -373,6 +389,107 @@ pub(crate) fn queue_claim(
             JOB_COLUMNS
         )
     }
+}
+
+/// The claim of a claimer whose entrypoints carry rate limits but no concurrency limit:
+/// no slots, so none of the slot machinery of [`queue_claim`]'s gated shapes. It binds the
+/// same parameters as the gated rated shapes (`$5` and `$6` are bound and unused but for
+/// the shape of `in_use`) and returns the same columns: `contended` is 0 and `in_use` all
+/// zeros, aligned with `$2`. Candidates are locked as they are read, skipping rows another
+/// claim holds, as without limits: the units, not the order of the rows, keep the rate.
+pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let fresh = "status = 'queued' AND execute_after < NOW()";
+    let budget_param = "$7";
+    let mut ctes: Vec<String> = Vec::new();
+    let not_ended = if ending {
+        let first = 7 + usize::from(budget_gated);
+        ctes.extend(ending_ctes(
+            s,
+            &format!("${first}::bigint[]"),
+            &format!("${}::text[]", first + 1),
+            &format!("${}::text[]", first + 2),
+            "$3::uuid",
+        ));
+        " AND id <> ALL(ARRAY(SELECT id FROM ended_rows))"
+    } else {
+        ""
+    };
+    let budget_ok = if budget_gated {
+        format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
+    } else {
+        String::new()
+    };
+    let first = 7 + usize::from(budget_gated) + 3 * usize::from(ending);
+    ctes.extend(super::rates::rate_room_ctes(s, first));
+    if budget_gated {
+        ctes.push(format!(
+            "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
+             GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
+             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[]){not_ended}\n)"
+        ));
+    }
+    ctes.push(
+        "available AS (\n    SELECT u.entrypoint, r.room FROM UNNEST($2::text[]) AS u(entrypoint)\n    \
+         LEFT JOIN rate_room r ON r.entrypoint = u.entrypoint\n    \
+         WHERE r.room IS NULL OR r.room > 0\n)"
+            .into(),
+    );
+    ctes.push(format!(
+        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
+         CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
+         WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+         ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.room, $1::int)) FOR UPDATE SKIP LOCKED\n    \
+         ) c\n    \
+         WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
+    ));
+    ctes.push(format!(
+        "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
+         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
+         AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
+         AND execute_after < NOW(){budget_ok}\n    \
+         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
+    ));
+    let eligible_limit = if budget_gated {
+        "(SELECT headroom FROM worker_load)"
+    } else {
+        "$1::int"
+    };
+    // A stale re-pick starts its job again: it spends a unit like a fresh claim.
+    ctes.push(format!(
+        "eligible AS (\n    SELECT tid, id, priority, entrypoint FROM (\n        \
+         SELECT u.*, ROW_NUMBER() OVER (PARTITION BY u.entrypoint ORDER BY u.priority DESC, u.id ASC) AS rate_rank\n        \
+         FROM (\n            \
+         SELECT tid, id, priority, entrypoint FROM next_queued\n            UNION ALL\n            \
+         SELECT tid, id, priority, entrypoint FROM next_stale\n        ) u\n    ) r\n    \
+         WHERE r.rate_rank <= COALESCE((SELECT m.room FROM rate_room m WHERE m.entrypoint = r.entrypoint), r.rate_rank)\n    \
+         ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
+    ));
+    ctes.push(format!(
+        "claimed AS (\n    UPDATE {queue}\n    \
+         SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid\n    \
+         WHERE ctid = ANY(ARRAY(SELECT tid FROM eligible))\n    RETURNING *\n)"
+    ));
+    ctes.push(format!(
+        "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
+         SELECT id, status, entrypoint, priority FROM claimed\n)"
+    ));
+    ctes.extend(super::rates::rate_spend_ctes(s));
+    let ended = if ending {
+        ",\n       ARRAY(SELECT job_id FROM log_end) AS ended"
+    } else {
+        ""
+    };
+    format!(
+        "WITH\n{}\nSELECT {}, 0::bigint AS contended,\n       \
+         ARRAY(SELECT 0::bigint FROM UNNEST($5::bigint[]) WHERE $6::float8 IS NOT NULL) AS in_use,\n       \
+         (SELECT wait_us::bigint FROM rate_wait) AS rate_wait_us,\n       \
+         (SELECT plenty FROM rate_plenty) AS rate_plenty{ended}\n\
+         FROM (SELECT 1) one LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
+        ctes.join(",\n"),
+        JOB_COLUMNS
+    )
 }
 
 // Statements that end or refresh a claim lock the rows they touch with SKIP LOCKED and

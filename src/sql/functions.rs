@@ -100,6 +100,11 @@ pub(crate) fn per_job_statements(s: &Settings) -> Vec<String> {
             }
         }
     }
+    for budget in [false, true] {
+        for ending in [false, true] {
+            out.push(claims.get_rated_unslotted(budget, ending).to_owned());
+        }
+    }
     out.extend([
         claim::queue_complete_many(s),
         claim::queue_heartbeat_many(s),

@@ -377,6 +377,8 @@ impl WorkerBuilder {
         // threads' jobs, a batch ahead and a batch per lane in flight.
         let relax_margin =
             i64::try_from(o.threads + (lanes + 1) * o.batch_size).unwrap_or(i64::MAX);
+        // Rates likewise: far from binding while every window has that many rested units.
+        let claimer = claimer.with_plenty_at(relax_margin);
         let slots_scarce =
             self.registry.limits().iter().any(|(_, limit)| {
                 *limit > 0 && usize::try_from(*limit).is_ok_and(|l| l <= o.threads)

@@ -600,7 +600,7 @@ impl<'a> Dispatcher<'a> {
         if let (Ok(claim), Some(claimer)) = (&claimed, &claimer)
             && claim.lost.is_none()
         {
-            let relaxed = claimer.far_from_full(&claim.in_use, config.relax_margin);
+            let relaxed = claimer.far_from_full(claim, config.relax_margin);
             if relaxed != self.relaxed.swap(relaxed, Ordering::SeqCst) {
                 log::debug!(
                     "limits far from binding: {relaxed} (slots in use {:?})",

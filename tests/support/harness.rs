@@ -744,6 +744,17 @@ pub fn statement_functions(client: &mut Client) -> i64 {
     )
 }
 
+/// Held by tests that measure a rate against the clock and by tests that load both of the
+/// machine's cores on purpose, so that the two kinds never run at once (the harness runs
+/// two tests at a time on two cores): a rate measured beside a deliberate overload says
+/// more about the overload than about the rate.
+pub fn timing_lock() -> std::sync::MutexGuard<'static, ()> {
+    static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TIMING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Polls `f` every 20 ms until it is true, failing the test after `limit`; returns how
 /// long it took.
 #[track_caller]

@@ -8,7 +8,7 @@ use pgqueuer::{Claimer, Explanation, RateLimit};
 
 use crate::claim::{insert_jobs, success};
 use crate::faults::process::Proc;
-use crate::harness::{TestDb, captured, eventually, scalar};
+use crate::harness::{TestDb, captured, eventually, scalar, timing_lock};
 
 /// A claim takes no more jobs than the rate's units allow, spends one per job, and says
 /// how long until the next start; once the window has passed, the units are spent again.
@@ -309,6 +309,7 @@ fn prepare(db: &TestDb, jobs: i64) -> Client {
 /// of the rate (about 40 s, not 60).
 #[test]
 fn a_fleet_of_three_processes_keeps_fifty_starts_per_second() {
+    let _timing = timing_lock();
     let db = TestDb::new();
     let mut client = prepare(&db, 2_000);
     let mut procs = fleet(
@@ -341,6 +342,7 @@ fn a_fleet_of_three_processes_keeps_fifty_starts_per_second() {
 /// (the 1,001st start waits for the first to be a minute old).
 #[test]
 fn stacked_windows_and_a_concurrency_limit_hold_together() {
+    let _timing = timing_lock();
     let db = TestDb::new();
     let mut client = prepare(&db, 1_100);
     let mut procs = fleet(
@@ -387,6 +389,7 @@ fn stacked_windows_and_a_concurrency_limit_hold_together() {
 /// (each re-pick a start that spends a unit), and the survivor goes on at the full rate.
 #[test]
 fn a_killed_worker_leaks_no_capacity() {
+    let _timing = timing_lock();
     let db = TestDb::new();
     let mut client = prepare(&db, 300);
     let args = [
@@ -476,9 +479,11 @@ impl Dice {
 /// Two claim lanes (claimers on connections of their own, each holding its claim open a
 /// moment before it commits or rolls back) race two worker processes for one rate, while
 /// urgent jobs arrive mid-claim. In each of 20 runs, no window holds more units spent
-/// than the rate allows, the rate bound, and both the lanes and the processes won units.
+/// than the rate allows, the rate bound, and the lanes won units; over the runs, the
+/// processes won units too.
 #[test]
 fn racing_lanes_and_processes_with_urgent_arrivals_keep_the_rate() {
+    let _timing = timing_lock();
     let db = TestDb::new();
     let mut client = prepare(&db, 0);
     client.batch_execute(STAMPS_DDL).unwrap();
@@ -490,6 +495,7 @@ fn racing_lanes_and_processes_with_urgent_arrivals_keep_the_rate() {
         .build()
         .unwrap();
     claimer.provision_rate_limits(&mut client).unwrap();
+    let mut procs_won = 0;
     for run in 0..20 {
         client
             .batch_execute("TRUNCATE stamps, pgqueuer_example_runs; DELETE FROM pgqueuer")
@@ -544,13 +550,11 @@ fn racing_lanes_and_processes_with_urgent_arrivals_keep_the_rate() {
             by_lanes.iter().sum::<usize>() > 0,
             "run {run}: a lane started nothing: {by_lanes:?}"
         );
-        let by_procs: i64 = scalar(
-            &mut client,
-            "SELECT count(DISTINCT pid) FROM pgqueuer_example_runs",
-        );
-        // Which racer wins a unit is chance; the lanes and the processes both won some.
-        assert!(by_procs >= 1, "run {run}: no process started a job");
+        procs_won += scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer_example_runs");
     }
+    // Which racer wins a unit is chance (the lanes claim back to back, the processes
+    // when their wait ends); over the runs, the processes won some too.
+    assert!(procs_won > 0, "no process started a job in 20 runs");
 }
 
 /// A server of the test's own crashes (immediate stop) and starts again under two rate-

@@ -11,7 +11,9 @@ use pgqueuer::ops::{self, set_limits};
 use pgqueuer::{Entrypoint, NewJob, Queue, RateLimit, Settings, Worker};
 
 use crate::claim::insert_jobs;
-use crate::harness::{TestDb, captured, eventually, eventually_explained, init_logging, scalar};
+use crate::harness::{
+    TestDb, captured, eventually, eventually_explained, init_logging, scalar, timing_lock,
+};
 
 /// The most starts in any window of `per` that begins at one of them.
 fn most_in_any_window(starts: &[SystemTime], per: Duration) -> usize {
@@ -32,6 +34,7 @@ fn most_in_any_window(starts: &[SystemTime], per: Duration) -> usize {
 /// rate allows.
 #[test]
 fn a_rate_lowered_while_running_holds_within_a_second() {
+    let _timing = timing_lock();
     let db = TestDb::new();
     let mut client = db.client();
     insert_jobs(&mut client, "api", 0, 600);
