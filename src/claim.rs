@@ -48,8 +48,9 @@ pub struct Claim {
     /// units bounded this claim, and that has due jobs the claim left, may start one.
     /// `None` when no such entrypoint waits.
     pub rate_wait: Option<Duration>,
-    /// For a claimer with rate limits: every window of every rate-limited entrypoint had
-    /// two batches of rested units at the claim, so no rate binds for now.
+    /// For a claimer with rate limits: every window of every rate-limited entrypoint was
+    /// far from binding at the claim (at most half its units spent within the window, and
+    /// at least four times the worker's margin of units), so no rate binds for now.
     pub(crate) rate_plenty: bool,
 }
 
@@ -167,6 +168,7 @@ pub(crate) struct Statements {
     pub(crate) rates_spend_late: String,
     pub(crate) rates_in_use: String,
     pub(crate) overrides_select: String,
+    pub(crate) rate_lease: String,
     pub(crate) declared_upsert: String,
     pub(crate) declared_delete: String,
     pub(crate) settings: Settings,
@@ -189,6 +191,7 @@ impl Statements {
             rates_spend_late: crate::sql::rates::rate_spend_late(settings),
             rates_in_use: crate::sql::rates::rates_in_use(settings),
             overrides_select: crate::sql::overrides::overrides_select(settings),
+            rate_lease: crate::sql::rates::rate_lease(settings),
             declared_upsert: crate::sql::overrides::declared_upsert(settings),
             declared_delete: crate::sql::overrides::declared_delete(settings),
             settings: settings.clone(),
@@ -355,8 +358,8 @@ pub struct Claimer {
     budget: Option<i64>,
     heartbeat_timeout: Duration,
     heartbeat_timeout_us: i64,
-    /// How many rested units each rate-limit window needs for the rate to count as far
-    /// from binding ([`Claim::rate_plenty`]); 0 (the default) never asks.
+    /// The worker's margin (what it may hold beyond the slots in use), for whether its
+    /// rates are far from binding ([`Claim::rate_plenty`]); 0 (the default) never asks.
     plenty_at: i64,
 }
 
@@ -848,9 +851,8 @@ impl Claimer {
 
     /// True when no limit of this claimer binds for a while, as `claim` (one of its own)
     /// saw them: every limited entrypoint has `margin` slots to spare beyond those in use,
-    /// and every rate-limit window had two batches of rested units
-    /// ([`Claim::rate_plenty`]). True without limits; false for a claim of another
-    /// claimer.
+    /// and every rate-limit window is far from binding ([`Claim::rate_plenty`]). True
+    /// without limits; false for a claim of another claimer.
     ///
     /// A job of a rate-limited entrypoint claimed ahead of a free thread may start later
     /// than the moment its unit records; the worker then spends fresh units for it
@@ -861,6 +863,9 @@ impl Claimer {
         }
         if self.rates.is_some() && !(claim.rate_plenty && self.plenty_at > 0) {
             return false;
+        }
+        if self.limits.iter().all(|l| *l <= 0) {
+            return true;
         }
         let in_use = &claim.in_use;
         in_use.len() == self.limits.len()
@@ -891,12 +896,73 @@ impl Claimer {
         })
     }
 
-    /// This claimer, asking each rate-limited claim whether every window has `margin`
-    /// rested units (what a worker may hold beyond its free threads, see
+    /// This claimer, asking each rate-limited claim whether every window is far from
+    /// binding for a worker that may hold `margin` jobs beyond its free threads (see
     /// [`Claimer::far_from_full`]).
     pub(crate) fn with_plenty_at(mut self, margin: i64) -> Claimer {
         self.plenty_at = margin.max(0);
         self
+    }
+
+    /// Leases units for this claimer's next claims (`sql::rates::rate_lease`): up to four
+    /// times its margin ([`Claimer::with_plenty_at`]), and an eighth of the smallest
+    /// window, from each window, stamped now. Returns the
+    /// units leased per rate-limited entrypoint, and whether every window is still far
+    /// from binding.
+    ///
+    /// # Errors
+    /// [`Error::Db`].
+    pub(crate) fn lease_units(&self, conn: &mut Conn) -> Result<(Vec<(String, usize)>, bool)> {
+        let Some(rates) = self.rates.as_deref() else {
+            return Ok((Vec::new(), false));
+        };
+        // Four margins (a few claims' worth), but no more than an eighth of the smallest
+        // window: leased units no claim takes are spent for nothing.
+        let smallest = rates.starts.iter().copied().min().unwrap_or(0);
+        let want = self.plenty_at.saturating_mul(4).min(smallest / 8).max(1);
+        let want = i32::try_from(want).unwrap_or(i32::MAX);
+        let plenty = self.plenty_at;
+        let rows = conn.query_cached(
+            &self.statements.rate_lease,
+            &[
+                (&rates.entrypoints, Type::TEXT_ARRAY),
+                (&rates.per_us, Type::INT8_ARRAY),
+                (&rates.starts, Type::INT8_ARRAY),
+                (&rates.cooldown_us, Type::INT8_ARRAY),
+                (&want, Type::INT4),
+                (&self.worker_id, Type::UUID),
+                (&plenty, Type::INT8),
+            ],
+        )?;
+        let mut far = !rows.is_empty();
+        let mut units = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let n: i64 = row.try_get("units")?;
+            far &= row.try_get::<_, Option<bool>>("plenty")?.unwrap_or(false);
+            units.push((row.try_get("entrypoint")?, usize::try_from(n).unwrap_or(0)));
+        }
+        Ok((units, far))
+    }
+
+    /// This claimer without its rate limits: for claims whose units were leased before.
+    pub(crate) fn without_rates(&self) -> Claimer {
+        Claimer {
+            capacity_gated: self.limits.iter().any(|l| *l > 0),
+            rates: None,
+            ..self.clone()
+        }
+    }
+
+    /// The smallest start allowance of this claimer's rate-limited entrypoints (see
+    /// [`Claimer::start_allowance`]); `None` without rate limits.
+    pub(crate) fn least_start_allowance(&self) -> Option<Duration> {
+        let rates = self.rates.as_deref()?;
+        rates
+            .cooldown_us
+            .iter()
+            .zip(&rates.per_us)
+            .map(|(c, p)| Duration::from_micros(u64::try_from(c - p).unwrap_or(0)))
+            .min()
     }
 
     /// The object names this claimer uses.

@@ -62,8 +62,9 @@ pub(crate) fn rates_provision(s: &Settings) -> String {
 /// The claim's CTEs that find the units a claim may spend, before the claim's candidates
 /// are chosen. `first` is the number of the first of the five rate parameters: windows'
 /// entrypoints (text[]), lengths in microseconds (int8[]), starts (int8[]) and cooldowns
-/// (int8[]: the length and its guard), aligned; then how many rested units make a rate
-/// far from binding (int8; 0 when the caller does not ask).
+/// (int8[]: the length and its guard), aligned; then the margin of the worker that asks
+/// whether the rates are far from binding (int8, see [`plenty_cte`]; 0 when the caller
+/// does not ask).
 ///
 /// `rate_windows` also draws each window's random first unit (`off`, see the module
 /// docs). `rate_units` holds, per window, up to a batch of units rested enough to be
@@ -95,20 +96,64 @@ pub(crate) fn rate_room_ctes(s: &Settings, first: usize) -> [String; 4] {
          ON c.entrypoint = w.entrypoint AND c.per_us = w.per_us\n    \
          GROUP BY w.entrypoint\n)"
             .into(),
-        // Every window has `plenty` rested units, counted without locking them, and at
-        // least four times that many units: the rate is far from binding. (A small rate,
-        // which a worker's own claims could spend at once, never counts as far.)
-        format!(
-            "rate_plenty AS (\n    \
-             SELECT COALESCE(bool_and(n.rested >= ${plenty}::bigint AND w.starts >= 4 * ${plenty}::bigint), FALSE) AS plenty\n    \
-             FROM rate_windows w\n    \
-             CROSS JOIN LATERAL (\n        SELECT COUNT(*) AS rested FROM (\n            \
-             SELECT 1 FROM {table} r\n            \
-             WHERE r.entrypoint = w.entrypoint AND r.per_us = w.per_us AND r.unit < w.starts\n              \
-             AND r.started <= NOW() - w.cooldown_us * INTERVAL '1 microsecond'\n            \
-             LIMIT ${plenty}::bigint\n        ) x\n    ) n\n)"
-        ),
+        plenty_cte(&table, &format!("${plenty}::bigint")),
     ]
+}
+
+/// `rate_plenty`: whether every window of `rate_windows` is far from binding: at most
+/// half of its units were spent within the last window, as a sample of 64 units from the
+/// window's random first unit on says, and it has at least four times `margin` (a bigint
+/// expression: what one worker may hold) units, so that one worker's claims cannot spend
+/// what is left at once. The sample keeps the cost of the answer the same for a rate of
+/// ten thousand and of ten; the answer only decides how the worker claims, never whether
+/// a unit may be spent.
+fn plenty_cte(table: &str, margin: &str) -> String {
+    format!(
+        "rate_plenty AS (\n    \
+         SELECT COALESCE(bool_and(w.starts >= 4 * {margin} AND n.sampled > 0 AND 2 * n.rested >= n.sampled), FALSE) AS plenty\n    \
+         FROM rate_windows w\n    \
+         CROSS JOIN LATERAL (\n        \
+         SELECT COUNT(*) AS sampled,\n               \
+         COUNT(*) FILTER (WHERE x.started <= NOW() - w.cooldown_us * INTERVAL '1 microsecond') AS rested\n        \
+         FROM (\n            SELECT r.started FROM {table} r\n            \
+         WHERE r.entrypoint = w.entrypoint AND r.per_us = w.per_us AND r.unit >= w.off AND r.unit < w.starts\n            \
+         ORDER BY r.unit LIMIT 64\n        ) x\n    ) n\n)"
+    )
+}
+
+/// A lease of units for a worker's next claims while its rates are far from binding
+/// (`worker::rate_gate`): per window bound by `$1`..`$4` (as for the claim), up to `$5 int`
+/// rested units, locked and stamped now with the worker's id `$6 uuid`, but only while
+/// every window is far from binding for a worker whose margin is `$7 bigint` (see
+/// [`plenty_cte`]; none otherwise, so that a rate coming to bind wastes no unit on a
+/// lease). Returns per entrypoint the units leased (`units`, the fewest of its windows),
+/// and `plenty`.
+///
+/// The units are spent for starts that have not happened yet: the worker keeps each job's
+/// start within the guard of the moment it sent this statement, or spends fresh units.
+pub(crate) fn rate_lease(s: &Settings) -> String {
+    let table = s.qualify(&s.rates_table());
+    let [windows, _, _, _] = rate_room_ctes(s, 1);
+    format!(
+        "WITH\n{windows},\n\
+         {plenty},\n\
+         units AS MATERIALIZED (\n    SELECT w.entrypoint, w.per_us, u.unit\n    \
+         FROM rate_windows w\n    \
+         CROSS JOIN LATERAL (\n        {rested}\n    ) u\n    \
+         WHERE (SELECT plenty FROM rate_plenty)\n),\n\
+         spent AS (\n    UPDATE {table} r SET started = clock_timestamp(), worker = $6::uuid\n    \
+         FROM units u\n    \
+         WHERE r.entrypoint = u.entrypoint AND r.per_us = u.per_us AND r.unit = u.unit\n    \
+         RETURNING r.entrypoint, r.per_us\n)\n\
+         SELECT w.entrypoint, MIN(COALESCE(c.n, 0))::bigint AS units,\n       \
+         (SELECT plenty FROM rate_plenty) AS plenty\n\
+         FROM rate_windows w\n\
+         LEFT JOIN (SELECT entrypoint, per_us, COUNT(*) AS n FROM spent GROUP BY entrypoint, per_us) c\n  \
+         ON c.entrypoint = w.entrypoint AND c.per_us = w.per_us\n\
+         GROUP BY w.entrypoint",
+        rested = rested_units(&table, "$5::int"),
+        plenty = plenty_cte(&table, "$7::bigint"),
+    )
 }
 
 /// Up to `n` units of window `w` (a row of `rate_windows`) rested enough to be spent,

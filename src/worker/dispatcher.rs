@@ -564,10 +564,28 @@ impl<'a> Dispatcher<'a> {
         let claimer = self.limits.claimer();
         // While every limit is far from full, the lanes' claims skip each other's rows.
         let relaxed = self.relaxed.load(Ordering::SeqCst);
-        let claimed = match &claimer {
-            Some(claimer) => conn.run(|c| claimer.claim_from(c, &outcomes, take, shift, relaxed)),
+        // Rates far from binding: the units come from a lease (see `rate_gate`).
+        let leased = match &claimer {
+            Some(claimer) if relaxed && claimer.is_rate_limited() => {
+                match conn.run(|c| self.rate_gate.reserve(claimer, c, take)) {
+                    Ok(leased) => leased,
+                    Err(e) => {
+                        log::debug!("pgqueuer could not lease rate-limit units: {e}");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let mut claimed = match (&claimer, &leased) {
+            (Some(_), Some(leased)) => {
+                conn.run(|c| leased.plain.claim_from(c, &outcomes, take, shift, relaxed))
+            }
+            (Some(claimer), None) => {
+                conn.run(|c| claimer.claim_from(c, &outcomes, take, shift, relaxed))
+            }
             // Every entrypoint is paused: write the outcomes alone, claim nothing.
-            None => conn
+            (None, _) => conn
                 .run(|c| config.claimer.complete(c, &outcomes))
                 .map(|ended| Claim {
                     ended,
@@ -578,9 +596,17 @@ impl<'a> Dispatcher<'a> {
         self.ledger.after_claim(outcomes, written);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         self.ledger.unreserve(take - taken);
+        if let Some(leased) = &leased {
+            let jobs = claimed.as_ref().map_or(&[][..], |c| &c.jobs[..]);
+            self.rate_gate.settle(leased, jobs);
+            if let Ok(claim) = &mut claimed {
+                claim.rate_plenty = leased.plenty;
+            }
+        }
         if let Ok(claim) = &claimed {
-            if let Some(claimer) = claimer.as_deref().filter(|c| c.is_rate_limited()) {
-                self.rate_gate.claimed(claimer, &claim.jobs, started);
+            if let Some(claimer) = claimer.as_ref().filter(|c| c.is_rate_limited()) {
+                let sent = leased.as_ref().map_or(started, |l| l.sent);
+                self.rate_gate.claimed(claimer, &claim.jobs, sent);
             }
             let lost = match claim.lost {
                 Some(LostRace::Slot) => Some(Lost::SlotRace),

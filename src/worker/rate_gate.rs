@@ -10,12 +10,23 @@
 //! A handler that would start later (a busy machine, a long hand-over) first spends fresh
 //! units of its own, stamped as it starts; the units its claim spent stay spent, so a
 //! late start costs one unit more. Where none is free it waits for one, as a claim would.
+//!
+//! While every rate is far from binding, the worker leases units instead: one statement
+//! stamps a few claims' worth of units from each window (`Claimer::lease_units`), and the
+//! claims made within three quarters of the guard after it take their jobs from the
+//! lease, with the claim statement of a worker without rate limits. Each job still has a
+//! unit of its own, counted off the lease as it is claimed, and still starts within the
+//! guard of the moment its unit was stamped, or spends fresh ones. Leased units no claim
+//! took stay spent: a rate far from binding has them to spare, and the lease takes none
+//! once a window is not.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::claim::Claimer;
+use crate::connect::Conn;
 use crate::job::{Job, JobId};
 use crate::lock::lock;
 use crate::shutdown::ShutdownHandle;
@@ -34,12 +45,118 @@ pub(crate) struct RateGate {
     /// The claimer of the latest rate-limited claim (the limits in force then), for late
     /// starts' units.
     claimer: Mutex<Option<Arc<Claimer>>>,
+    /// Units leased for the next claims (see the module docs).
+    lease: Mutex<Option<Lease>>,
+    /// Numbers the leases, so that a claim gives back only to its own.
+    leases: AtomicU64,
+}
+
+/// Units leased ahead of claims.
+struct Lease {
+    number: u64,
+    /// The claimer (limits in force) it was leased for.
+    claimer: Arc<Claimer>,
+    /// The same without rate limits: the leased claims' statement.
+    plain: Arc<Claimer>,
+    /// When the lease's statement was sent.
+    sent: Instant,
+    /// Claims sent after this take no more from it.
+    until: Instant,
+    /// Units left, per rate-limited entrypoint.
+    left: Vec<(String, usize)>,
+    /// Every window had twice the margin rested at the lease.
+    plenty: bool,
+}
+
+/// A claim's share of a lease ([`RateGate::reserve`]).
+pub(crate) struct Leased {
+    number: u64,
+    /// The claimer to claim with.
+    pub(crate) plain: Arc<Claimer>,
+    /// When the units were leased: the jobs' starts are measured from then.
+    pub(crate) sent: Instant,
+    /// Units reserved for the claim per rate-limited entrypoint.
+    n: usize,
+    /// The rates stayed far from binding at the lease.
+    pub(crate) plenty: bool,
 }
 
 impl RateGate {
+    /// Reserves `n` leased units for each rate-limited entrypoint of `claimer`, leasing
+    /// anew on `conn` where the lease is another claimer's, too old, or short of `n`.
+    /// `None` when the lease cannot cover the claim (the caller claims with the units'
+    /// own statement); a lease short of `n` is left to expire.
+    ///
+    /// # Errors
+    /// The database's error from the lease's statement.
+    pub(crate) fn reserve(
+        &self,
+        claimer: &Arc<Claimer>,
+        conn: &mut Conn,
+        n: usize,
+    ) -> crate::Result<Option<Leased>> {
+        let mut lease = lock(&self.lease);
+        let usable = lease.as_ref().is_some_and(|l| {
+            Arc::ptr_eq(&l.claimer, claimer)
+                && Instant::now() < l.until
+                && l.left.iter().all(|(_, left)| *left >= n)
+        });
+        if !usable {
+            let Some(allowance) = claimer.least_start_allowance() else {
+                return Ok(None);
+            };
+            let plain = match lease.as_ref() {
+                Some(l) if Arc::ptr_eq(&l.claimer, claimer) => Arc::clone(&l.plain),
+                _ => Arc::new(claimer.without_rates()),
+            };
+            let sent = Instant::now();
+            let (left, plenty) = claimer.lease_units(conn)?;
+            log::trace!("rate lease: {left:?} (plenty: {plenty})");
+            *lease = Some(Lease {
+                number: self.leases.fetch_add(1, Ordering::Relaxed),
+                claimer: Arc::clone(claimer),
+                plain,
+                sent,
+                until: sent + allowance * 3 / 4,
+                left,
+                plenty,
+            });
+        }
+        let Some(l) = lease.as_mut() else {
+            return Ok(None);
+        };
+        if l.left.is_empty() || l.left.iter().any(|(_, left)| *left < n) {
+            return Ok(None);
+        }
+        for (_, left) in &mut l.left {
+            *left -= n;
+        }
+        Ok(Some(Leased {
+            number: l.number,
+            plain: Arc::clone(&l.plain),
+            sent: l.sent,
+            n,
+            plenty: l.plenty,
+        }))
+    }
+
+    /// After a claim made on `leased`: gives back, per entrypoint, the units its jobs
+    /// (`jobs`, none after a failed claim) did not take, while the lease is still the
+    /// one in use.
+    pub(crate) fn settle(&self, leased: &Leased, jobs: &[Job]) {
+        let mut lease = lock(&self.lease);
+        let Some(l) = lease.as_mut().filter(|l| l.number == leased.number) else {
+            return;
+        };
+        for (entrypoint, left) in &mut l.left {
+            let taken = jobs.iter().filter(|j| j.entrypoint == *entrypoint).count();
+            *left += leased.n.saturating_sub(taken);
+        }
+    }
+
     /// Records that `jobs` were claimed by a statement sent at `sent` (only those of
     /// rate-limited entrypoints are kept).
-    pub(crate) fn claimed(&self, claimer: &Claimer, jobs: &[Job], sent: Instant) {
+    pub(crate) fn claimed(&self, claimer: &Arc<Claimer>, jobs: &[Job], sent: Instant) {
         let mut claimed = lock(&self.claimed);
         let mut any = false;
         for job in jobs {
@@ -49,7 +166,10 @@ impl RateGate {
             }
         }
         if any {
-            *lock(&self.claimer) = Some(Arc::new(claimer.clone()));
+            let mut latest = lock(&self.claimer);
+            if !latest.as_ref().is_some_and(|l| Arc::ptr_eq(l, claimer)) {
+                *latest = Some(Arc::clone(claimer));
+            }
         }
     }
 

@@ -716,3 +716,105 @@ fn the_rate_in_use_is_shown_and_a_python_worker_beside_it_is_reported() {
     }
     ours.join().unwrap();
 }
+
+/// A rate far from binding is claimed on leased units (two workers of eight threads, a
+/// rate of 1,000 a second that their claims at first leave far from full), and still holds
+/// once the backlog makes it bind: no second of handler starts holds more than 500,
+/// while the workers made claims on leases at first.
+#[test]
+fn leased_units_keep_the_rate_as_it_comes_to_bind() {
+    use std::sync::{Arc, Mutex};
+
+    use pgqueuer::{Entrypoint, Worker};
+
+    let _timing = timing_lock();
+    let db = TestDb::new();
+    let mut client = db.client();
+    insert_jobs(&mut client, "api", 0, 3_000);
+    let starts: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let seen = Arc::clone(&starts);
+            Worker::builder(db.pool(6))
+                .threads(8)
+                .batch_size(10)
+                .entrypoint(
+                    Entrypoint::new("api").rate_limit(500, Duration::from_secs(1)),
+                    move |_, _| {
+                        seen.lock().unwrap().push(SystemTime::now());
+                        Ok(())
+                    },
+                )
+                .build()
+                .unwrap()
+                .start()
+                .unwrap()
+        })
+        .collect();
+    eventually(Duration::from_secs(60), "3,000 starts", || {
+        starts.lock().unwrap().len() >= 3_000
+    });
+    let leased: u64 = workers.iter().map(|w| w.stats().relaxed_claims).sum();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    assert_eq!(starts.len(), 3_000, "every job ran once");
+    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    assert!(most <= 500, "{most} starts in one second");
+    assert!(
+        most >= 450,
+        "{most} starts at most in a second: the rate never bound"
+    );
+    assert!(leased > 0, "no claim was made on leased units");
+}
+
+/// Leases hold per job: a worker of four threads claiming one job at a time takes more
+/// jobs within a lease's life than one lease holds (its margin, seven units), so each job
+/// must be counted off its lease. No second of starts holds more than the rate of 100, and
+/// every start has a unit stamped for it (the units stamped, kept by a trigger, are at
+/// least the starts; leased units no claim took make them more).
+#[test]
+fn each_job_of_a_lease_has_a_unit_of_its_own() {
+    use std::sync::{Arc, Mutex};
+
+    use pgqueuer::{Entrypoint, Worker};
+
+    let _timing = timing_lock();
+    let db = TestDb::new();
+    let mut client = db.client();
+    client.batch_execute(STAMPS_DDL).unwrap();
+    insert_jobs(&mut client, "api", 0, 500);
+    let starts: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
+    let seen = Arc::clone(&starts);
+    let worker = Worker::builder(db.pool(6))
+        .threads(4)
+        .batch_size(1)
+        .entrypoint(
+            Entrypoint::new("api").rate_limit(100, Duration::from_secs(1)),
+            move |_, _| {
+                seen.lock().unwrap().push(SystemTime::now());
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    eventually(Duration::from_secs(60), "500 starts", || {
+        starts.lock().unwrap().len() >= 500
+    });
+    let leased = worker.stats().relaxed_claims;
+    worker.join().unwrap();
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    assert!(most <= 100, "{most} starts in one second");
+    let stamped: i64 = scalar(&mut client, "SELECT count(*) FROM stamps");
+    assert!(
+        stamped >= 500,
+        "{stamped} units stamped for 500 starts: some job started without a unit"
+    );
+    assert!(leased > 0, "no claim was made on leased units");
+}
