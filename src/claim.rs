@@ -29,6 +29,9 @@ use crate::sqlstate::{self, ErrorKind};
 /// others before they give up with [`Error::Timeout`].
 const GIVE_UP: Duration = Duration::from_secs(30);
 
+/// The longest life of a lease of rate-limit units (`Claimer::lease_life`).
+const MAX_LEASE: Duration = Duration::from_millis(100);
+
 /// The outcome of one claim.
 #[derive(Debug, Default)]
 pub struct Claim {
@@ -906,13 +909,17 @@ impl Claimer {
 
     /// Leases units for this claimer's next claims (`sql::rates::rate_lease`): up to four
     /// times its margin ([`Claimer::with_plenty_at`]), and an eighth of the smallest
-    /// window, from each window, stamped now. Returns the
+    /// window, from each window, stamped with the end of the lease's `life` from now. Returns the
     /// units leased per rate-limited entrypoint, and whether every window is still far
     /// from binding.
     ///
     /// # Errors
     /// [`Error::Db`].
-    pub(crate) fn lease_units(&self, conn: &mut Conn) -> Result<(Vec<(String, usize)>, bool)> {
+    pub(crate) fn lease_units(
+        &self,
+        conn: &mut Conn,
+        life: Duration,
+    ) -> Result<(Vec<(String, usize)>, bool)> {
         let Some(rates) = self.rates.as_deref() else {
             return Ok((Vec::new(), false));
         };
@@ -922,6 +929,7 @@ impl Claimer {
         let want = self.plenty_at.saturating_mul(4).min(smallest / 8).max(1);
         let want = i32::try_from(want).unwrap_or(i32::MAX);
         let plenty = self.plenty_at;
+        let life_us = i64::try_from(life.as_micros()).unwrap_or(i64::MAX);
         let rows = conn.query_cached(
             &self.statements.rate_lease,
             &[
@@ -932,6 +940,7 @@ impl Claimer {
                 (&want, Type::INT4),
                 (&self.worker_id, Type::UUID),
                 (&plenty, Type::INT8),
+                (&life_us, Type::INT8),
             ],
         )?;
         let mut far = !rows.is_empty();
@@ -953,16 +962,12 @@ impl Claimer {
         }
     }
 
-    /// The smallest start allowance of this claimer's rate-limited entrypoints (see
-    /// [`Claimer::start_allowance`]); `None` without rate limits.
-    pub(crate) fn least_start_allowance(&self) -> Option<Duration> {
+    /// How long a lease of units lasts (see `worker::rate_gate`): a tenth of the shortest
+    /// window, at most 100 ms; `None` without rate limits.
+    pub(crate) fn lease_life(&self) -> Option<Duration> {
         let rates = self.rates.as_deref()?;
-        rates
-            .cooldown_us
-            .iter()
-            .zip(&rates.per_us)
-            .map(|(c, p)| Duration::from_micros(u64::try_from(c - p).unwrap_or(0)))
-            .min()
+        let shortest = rates.per_us.iter().copied().min()?;
+        Some(Duration::from_micros(u64::try_from(shortest / 10).unwrap_or(0)).min(MAX_LEASE))
     }
 
     /// The object names this claimer uses.
@@ -1076,6 +1081,12 @@ impl Claimer {
     /// True when any entrypoint of this claimer has a rate limit.
     pub fn is_rate_limited(&self) -> bool {
         self.rates.is_some()
+    }
+
+    /// True when some entrypoint of this claimer has a concurrency limit (whose slots a
+    /// deletion may free).
+    pub(crate) fn has_slots(&self) -> bool {
+        self.limits.iter().any(|l| *l > 0)
     }
 
     /// True when every entrypoint of this claimer has a rate limit.

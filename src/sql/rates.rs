@@ -123,7 +123,10 @@ fn plenty_cte(table: &str, margin: &str) -> String {
 
 /// A lease of units for a worker's next claims while its rates are far from binding
 /// (`worker::rate_gate`): per window bound by `$1`..`$4` (as for the claim), up to `$5 int`
-/// rested units, locked and stamped now with the worker's id `$6 uuid`, but only while
+/// rested units, locked and stamped with the worker's id `$6 uuid` and with the end of the
+/// lease's life, `$8 bigint` microseconds from now (a start anywhere from now to that
+/// stamp and its guard keeps a window between it and the unit's uses before and after:
+/// `crate::rate`), but only while
 /// every window is far from binding for a worker whose margin is `$7 bigint` (see
 /// [`plenty_cte`]; none otherwise, so that a rate coming to bind wastes no unit on a
 /// lease). Returns per entrypoint the units leased (`units`, the fewest of its windows),
@@ -141,7 +144,8 @@ pub(crate) fn rate_lease(s: &Settings) -> String {
          FROM rate_windows w\n    \
          CROSS JOIN LATERAL (\n        {rested}\n    ) u\n    \
          WHERE (SELECT plenty FROM rate_plenty)\n),\n\
-         spent AS (\n    UPDATE {table} r SET started = clock_timestamp(), worker = $6::uuid\n    \
+         spent AS (\n    UPDATE {table} r\n    \
+         SET started = clock_timestamp() + $8::bigint * INTERVAL '1 microsecond', worker = $6::uuid\n    \
          FROM units u\n    \
          WHERE r.entrypoint = u.entrypoint AND r.per_us = u.per_us AND r.unit = u.unit\n    \
          RETURNING r.entrypoint, r.per_us\n)\n\

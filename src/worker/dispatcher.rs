@@ -418,6 +418,13 @@ impl<'a> Dispatcher<'a> {
             },
         };
         let next_due = next.queued;
+        if binding && next_due == Some(Duration::ZERO) && !self.limits.effective().has_slots() {
+            // Only rates bind, and due jobs were left with no unit to wait for: their
+            // units (or the jobs) were held by claims still in flight, which commit in a
+            // moment. No deletion frees a unit, so none would ring.
+            self.wait_for_rate(lead, RATE_MIN_WAIT);
+            return Step::Again;
+        }
         if binding {
             // Due jobs that the claim did not take wait for slots: new jobs would not
             // change that. Otherwise they might.
@@ -605,8 +612,10 @@ impl<'a> Dispatcher<'a> {
         }
         if let Ok(claim) = &claimed {
             if let Some(claimer) = claimer.as_ref().filter(|c| c.is_rate_limited()) {
-                let sent = leased.as_ref().map_or(started, |l| l.sent);
-                self.rate_gate.claimed(claimer, &claim.jobs, sent);
+                let (sent, ahead) = leased
+                    .as_ref()
+                    .map_or((started, Duration::ZERO), |l| (l.sent, l.life));
+                self.rate_gate.claimed(claimer, &claim.jobs, sent, ahead);
             }
             let lost = match claim.lost {
                 Some(LostRace::Slot) => Some(Lost::SlotRace),

@@ -128,7 +128,7 @@ impl Listener<'_> {
                 // ours; a truncate leaves nothing to claim.
                 match change.operation {
                     Operation::Insert | Operation::Update => self.doorbell.ring(Wake::Changed),
-                    Operation::Delete if self.limits.effective().is_capacity_gated() => {
+                    Operation::Delete if self.limits.effective().has_slots() => {
                         self.doorbell.ring(Wake::Freed);
                     }
                     Operation::Delete | Operation::Truncate => {}

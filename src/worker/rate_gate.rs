@@ -12,13 +12,14 @@
 //! late start costs one unit more. Where none is free it waits for one, as a claim would.
 //!
 //! While every rate is far from binding, the worker leases units instead: one statement
-//! stamps a few claims' worth of units from each window (`Claimer::lease_units`), and the
-//! claims made within three quarters of the guard after it take their jobs from the
-//! lease, with the claim statement of a worker without rate limits. Each job still has a
-//! unit of its own, counted off the lease as it is claimed, and still starts within the
-//! guard of the moment its unit was stamped, or spends fresh ones. Leased units no claim
-//! took stay spent: a rate far from binding has them to spare, and the lease takes none
-//! once a window is not.
+//! stamps a few claims' worth of units from each window (`Claimer::lease_units`) with the
+//! end of the lease's life (a tenth of the window, at most 100 ms), and the claims made
+//! during that life take their jobs from the lease, with the claim statement of a worker
+//! without rate limits. Each job still has a unit of its own, counted off the lease as it
+//! is claimed, and starts between the lease's statement and the guard after its stamp:
+//! a window apart from the unit's uses before and after. Leased units no claim took stay
+//! spent: a rate far from binding has them to spare, and the lease takes none once a
+//! window is not.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +36,10 @@ use super::builder::WorkerConfig;
 
 /// The shortest wait between two tries of a late start's units.
 const RETRY_MIN: Duration = Duration::from_millis(1);
+
+/// The longest wait before spending a late start's units again after the statement took
+/// longer than the guard.
+const SLOW_MAX: Duration = Duration::from_millis(100);
 
 /// When each claimed job of a rate-limited entrypoint was claimed (the claim statement's
 /// send), until its handler starts.
@@ -62,6 +67,8 @@ struct Lease {
     sent: Instant,
     /// Claims sent after this take no more from it.
     until: Instant,
+    /// How far ahead its units are stamped.
+    life: Duration,
     /// Units left, per rate-limited entrypoint.
     left: Vec<(String, usize)>,
     /// Every window had twice the margin rested at the lease.
@@ -75,6 +82,8 @@ pub(crate) struct Leased {
     pub(crate) plain: Arc<Claimer>,
     /// When the units were leased: the jobs' starts are measured from then.
     pub(crate) sent: Instant,
+    /// How far ahead of `sent` the units are stamped: the jobs may start that much later.
+    pub(crate) life: Duration,
     /// Units reserved for the claim per rate-limited entrypoint.
     n: usize,
     /// The rates stayed far from binding at the lease.
@@ -102,7 +111,7 @@ impl RateGate {
                 && l.left.iter().all(|(_, left)| *left >= n)
         });
         if !usable {
-            let Some(allowance) = claimer.least_start_allowance() else {
+            let Some(life) = claimer.lease_life() else {
                 return Ok(None);
             };
             let plain = match lease.as_ref() {
@@ -110,14 +119,15 @@ impl RateGate {
                 _ => Arc::new(claimer.without_rates()),
             };
             let sent = Instant::now();
-            let (left, plenty) = claimer.lease_units(conn)?;
+            let (left, plenty) = claimer.lease_units(conn, life)?;
             log::trace!("rate lease: {left:?} (plenty: {plenty})");
             *lease = Some(Lease {
                 number: self.leases.fetch_add(1, Ordering::Relaxed),
                 claimer: Arc::clone(claimer),
                 plain,
                 sent,
-                until: sent + allowance * 3 / 4,
+                until: sent + life,
+                life,
                 left,
                 plenty,
             });
@@ -135,6 +145,7 @@ impl RateGate {
             number: l.number,
             plain: Arc::clone(&l.plain),
             sent: l.sent,
+            life: l.life,
             n,
             plenty: l.plenty,
         }))
@@ -154,14 +165,21 @@ impl RateGate {
         }
     }
 
-    /// Records that `jobs` were claimed by a statement sent at `sent` (only those of
-    /// rate-limited entrypoints are kept).
-    pub(crate) fn claimed(&self, claimer: &Arc<Claimer>, jobs: &[Job], sent: Instant) {
+    /// Records that `jobs` were claimed by a statement sent at `sent`, whose units are
+    /// stamped `ahead` later (a lease's life; zero for a claim's own units). Only jobs of
+    /// rate-limited entrypoints are kept.
+    pub(crate) fn claimed(
+        &self,
+        claimer: &Arc<Claimer>,
+        jobs: &[Job],
+        sent: Instant,
+        ahead: Duration,
+    ) {
         let mut claimed = lock(&self.claimed);
         let mut any = false;
         for job in jobs {
             if let Some(allowance) = claimer.start_allowance(&job.entrypoint) {
-                claimed.insert(job.id, (sent, allowance));
+                claimed.insert(job.id, (sent, allowance + ahead));
                 any = true;
             }
         }
@@ -192,7 +210,13 @@ impl RateGate {
         let Some(claimer) = lock(&self.claimer).clone() else {
             return true;
         };
+        // Fresh units are stamped as their statement runs: the start must follow within
+        // the guard alone.
+        let guard = claimer
+            .start_allowance(&job.entrypoint)
+            .unwrap_or(Duration::ZERO);
         let mut backoff = Duration::from_millis(50);
+        let mut slow = RETRY_MIN;
         loop {
             if shutdown.is_shutdown() || cancelled() {
                 return false;
@@ -203,17 +227,32 @@ impl RateGate {
                 job.id,
                 job.entrypoint
             );
-            let sent = Instant::now();
             let spent = config
                 .pool
                 .get()
                 .map_err(crate::Error::from)
-                .and_then(|mut c| claimer.spend_late_start(c.client(), &job.entrypoint));
+                .and_then(|mut c| {
+                    // Measured from the statement's sending: a wait for a pooled connection
+                    // is not part of it.
+                    let sent = Instant::now();
+                    let spent = claimer.spend_late_start(c.client(), &job.entrypoint)?;
+                    Ok((spent, sent.elapsed()))
+                });
             match spent {
-                Ok(None) if sent.elapsed() <= allowance => return true,
-                // Spent, but too long ago again: another try spends another unit.
-                Ok(None) => {}
-                Ok(Some(wait)) => shutdown.sleep(wait.max(RETRY_MIN)),
+                Ok((None, took)) if took <= guard => return true,
+                // Spent, but the statement took longer than the guard (a busy machine or
+                // database): wait a little longer each time before spending again, so
+                // that many late starts at once do not keep the database busier still.
+                Ok((None, took)) => {
+                    log::debug!(
+                        "spending units for job {} took {took:?}, longer than the guard of \
+                         {guard:?}; trying again in {slow:?}",
+                        job.id
+                    );
+                    shutdown.sleep(slow);
+                    slow = (slow * 2).min(SLOW_MAX);
+                }
+                Ok((Some(wait), _)) => shutdown.sleep(wait.max(RETRY_MIN)),
                 Err(e) => {
                     log::warn!(
                         "pgqueuer could not spend rate-limit units for job {} ({}), retrying \
