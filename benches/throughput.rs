@@ -38,8 +38,9 @@
 //! - limits: the PgQueuer flow with the entrypoint limited to 10, 1,000 and 5,000.
 //! - limits-drain: the same limits in a drain (16 threads claiming 10), where no producer
 //!   competes with the worker for the machine's two cores. A binding limit (no more than
-//!   the threads) gets a second row: its bound, the limit over the median commit latency,
-//!   and the fraction of it the drain reached.
+//!   the threads) gets a second row: its bound, the limit over the worker's mean claim
+//!   round trip (a slot turns over in one claim with slot reuse), beside a bare commit's
+//!   latency, and the fraction of the bound the drain reached.
 //! - rates: the PgQueuer flow unlimited and with a rate limit that does not bind
 //!   (100,000/s), alternately, three rounds each (medians and their ratio); then a rate
 //!   of 500/s that binds, against the rate.
@@ -551,12 +552,13 @@ fn drain(
     threads: usize,
     batch: usize,
     limit: impl Into<Limit>,
-) -> (f64, String) {
+) -> (f64, String, Duration) {
     let pool = db.pool(4);
     db.reset(&pool);
     fill(db, jobs);
     let counter = Arc::new(AtomicU64::new(0));
     let w = worker(&pool, threads, batch, limit, &counter);
+    let stats = w.stats_handle();
     // Counted on a connection of its own, once the worker's have closed (a backend's
     // statistics are complete when it exits).
     let meter = db.pool(1);
@@ -576,12 +578,25 @@ fn drain(
         "    drain: {:.3} commits per job",
         commits as f64 / jobs as f64
     );
+    let figures = stats.snapshot();
+    let claim_mean = figures
+        .claim_duration
+        .sum
+        .checked_div(u32::try_from(figures.claim_duration.count.max(1)).unwrap_or(u32::MAX))
+        .unwrap_or_default();
+    eprintln!(
+        "    drain: {} claims ({} relaxed), {} slot races lost, claim {:.2} ms mean",
+        figures.claims,
+        figures.relaxed_claims,
+        figures.slot_races_lost,
+        claim_mean.as_secs_f64() * 1e3
+    );
     assert_eq!(
         counter.load(Ordering::Relaxed),
         jobs as u64,
         "the drain missed jobs"
     );
-    (jobs as f64 / elapsed, format!("{cpu}; {wal}"))
+    (jobs as f64 / elapsed, format!("{cpu}; {wal}"), claim_mean)
 }
 
 /// Enqueue-to-start latencies (sorted) of `n` jobs sent `gap` apart to an idle worker.
@@ -767,7 +782,7 @@ fn main() {
             drains = vec![(threads, batch)];
         }
         for (threads, batch) in drains {
-            let (rate, note) = drain(&db, drain_jobs, threads, batch, 0);
+            let (rate, note, _) = drain(&db, drain_jobs, threads, batch, 0);
             record(
                 format!("drain {drain_jobs} ({threads} thr, batch {batch}){durability}"),
                 rate,
@@ -880,7 +895,7 @@ fn main() {
             Some("0,10,1000,5000"),
             "limits (0: none)",
         ) {
-            let (rate, note) = drain(&db, drain_jobs, 16, 10, limit);
+            let (rate, note, claim_mean) = drain(&db, drain_jobs, 16, 10, limit);
             let name = if limit == 0 {
                 "limits drain: unlimited".to_owned()
             } else {
@@ -888,15 +903,21 @@ fn main() {
             };
             record(name, rate, "jobs/s", note);
             if limit > 0 && limit <= 16 {
-                // A binding limit: its slots, not the threads, bound the rate.
+                // A binding limit: its slots, not the threads, bound the rate. With slot
+                // reuse a slot turns over in one claim (the ends it folds in, the jobs it
+                // takes, and their commit), so the bound is the limit over the claim's
+                // round trip; a bare commit is printed beside it, to show how little of
+                // the round trip the disk's flush is.
                 let commit = commit_latency(&db.pool(1));
-                let bound = f64::from(limit) / commit.as_secs_f64();
+                let bound = f64::from(limit) / claim_mean.as_secs_f64().max(1e-6);
                 record(
                     format!("limits drain: limit {limit}, bound"),
                     bound,
                     "jobs/s",
                     format!(
-                        "{limit} slots / one commit ({:.2} ms median); reached {:.0}%",
+                        "{limit} slots / one claim with its commit ({:.2} ms mean; a bare \
+                         commit {:.2} ms median); reached {:.0}% (target >= 70%)",
+                        claim_mean.as_secs_f64() * 1e3,
                         commit.as_secs_f64() * 1e3,
                         100.0 * rate / bound
                     ),

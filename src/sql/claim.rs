@@ -11,8 +11,8 @@
 //! `$3` worker id (uuid), `$4` heartbeat timeout in microseconds (int8); then, when
 //! capacity-gated, `$5` limits (int8[], aligned with `$2`) and `$6` the slot shift
 //! (float8 in `[0, 1)`: where in `0..limit` each entrypoint's search for free slots
-//! starts, as a fraction of its limit); then the budget (int8) as the next parameter when
-//! budget-gated.
+//! starts, as a fraction of its limit, or, relaxed, where its slots are taken from); then
+//! the budget (int8) as the next parameter when budget-gated.
 //!
 //! Capacity-gated shapes return the slots in use fleet-wide before the claim (`in_use`,
 //! int8[] aligned with `$2`, 0 for an unlimited entrypoint) on every row.
@@ -31,7 +31,9 @@ pub(crate) enum Gating {
     Careful,
     /// Every limit far from full: candidates are locked as unlimited ones are, skipping
     /// rows another claim holds, so that two claims in flight at once take different
-    /// jobs rather than collide on the same window. The slot index still decides.
+    /// jobs rather than collide on the same window, and slots are taken in turn from
+    /// where the lane left off, with no search ([`relaxed_claim`]). The slot index still
+    /// decides.
     Relaxed,
 }
 
@@ -55,7 +57,13 @@ pub(crate) struct ClaimSql {
 
 impl ClaimSql {
     pub(crate) fn new(s: &Settings) -> ClaimSql {
-        let shape = |gating, budget, rated| {
+        let shape = |gating: Gating, budget: bool, rated: bool| {
+            if gating == Gating::Relaxed && !rated {
+                return [
+                    relaxed_claim(s, budget, false),
+                    relaxed_claim(s, budget, true),
+                ];
+            }
             [
                 queue_claim(s, gating, budget, false, rated),
                 queue_claim(s, gating, budget, true, rated),
@@ -389,6 +397,115 @@ pub(crate) fn queue_claim(
             JOB_COLUMNS
         )
     }
+}
+
+/// The relaxed claim (every limit far from full, no rate limits: see [`Gating::Relaxed`]).
+/// Candidates are locked as unlimited ones are, and each fresh job of a limited entrypoint
+/// takes the next slot from where this claim's lane left off, `floor(limit * $6)` on
+/// (wrapping round below the limit), with no search for free slots: while the limit is
+/// far from full the slots ahead of a lane are almost always free, and the unique slot
+/// index rejects the claim (23505, a lost race, claimed again at once from elsewhere)
+/// when one is not. It binds and returns what the gated shapes do; `contended` is 0.
+pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    let fresh = "status = 'queued' AND execute_after < NOW()";
+    let budget_param = "$7";
+    let mut ctes: Vec<String> = Vec::new();
+    let not_ended = if ending {
+        let first = 7 + usize::from(budget_gated);
+        ctes.extend(ending_ctes(
+            s,
+            &format!("${first}::bigint[]"),
+            &format!("${}::text[]", first + 1),
+            &format!("${}::text[]", first + 2),
+            "$3::uuid",
+        ));
+        " AND id <> ALL(ARRAY(SELECT id FROM ended_rows))"
+    } else {
+        ""
+    };
+    let budget_ok = if budget_gated {
+        format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
+    } else {
+        String::new()
+    };
+    ctes.push("params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into());
+    ctes.push(format!(
+        "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
+         WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
+    ));
+    ctes.push(
+        "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
+         CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
+         FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
+         WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit\n)"
+            .into(),
+    );
+    if budget_gated {
+        ctes.push(format!(
+            "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
+             GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
+             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[]){not_ended}\n)"
+        ));
+    }
+    ctes.push(format!(
+        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
+         CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
+         WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+         ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.remaining, $1::int)) FOR UPDATE SKIP LOCKED\n    \
+         ) c\n    \
+         WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
+    ));
+    // Stale re-picks are never gated by the limit: the row already holds its slot.
+    ctes.push(format!(
+        "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
+         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
+         AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
+         AND execute_after < NOW(){budget_ok}\n    \
+         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
+    ));
+    let eligible_limit = if budget_gated {
+        "(SELECT headroom FROM worker_load)"
+    } else {
+        "$1::int"
+    };
+    ctes.push(format!(
+        "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh,\n           \
+         ROW_NUMBER() OVER (PARTITION BY entrypoint, fresh ORDER BY priority DESC, id ASC) AS rank\n    \
+         FROM (\n        SELECT * FROM (\n            \
+         SELECT tid, id, priority, entrypoint, TRUE AS fresh FROM next_queued\n            UNION ALL\n            \
+         SELECT tid, id, priority, entrypoint, FALSE AS fresh FROM next_stale\n        \
+         ) u ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n    ) e\n)"
+    ));
+    ctes.push(format!(
+        "claimed AS (\n    UPDATE {queue} job\n    \
+         SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid,\n        \
+         slot = CASE WHEN e.fresh AND p.concurrency_limit > 0\n            \
+         THEN ((floor(p.concurrency_limit * $6::float8)::bigint + e.rank - 1) % p.concurrency_limit)::int\n            \
+         ELSE job.slot END\n    \
+         FROM eligible e\n    \
+         LEFT JOIN params p ON p.entrypoint = e.entrypoint\n    \
+         WHERE job.ctid = ANY(ARRAY(SELECT tid FROM eligible)) AND job.id = e.id\n    \
+         RETURNING job.*\n)"
+    ));
+    ctes.push(format!(
+        "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
+         SELECT id, status, entrypoint, priority FROM claimed\n)"
+    ));
+    let ended = if ending {
+        ", ended.ids AS ended FROM (SELECT ARRAY(SELECT job_id FROM log_end) AS ids) ended CROSS JOIN"
+    } else {
+        " FROM"
+    };
+    format!(
+        "WITH\n{}\nSELECT {}, 0::bigint AS contended,\n       \
+         inuse.in_use{ended} (\n    \
+         SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) AS in_use\n\
+         ) inuse LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
+        ctes.join(",\n"),
+        JOB_COLUMNS
+    )
 }
 
 /// The claim of a claimer whose entrypoints carry rate limits but no concurrency limit:

@@ -322,7 +322,7 @@ impl<'a> Dispatcher<'a> {
         ] {
             self.doorbell.take(why);
         }
-        let claim = match self.claim(&mut lead.conn, lead.shift, take, true) {
+        let claim = match self.claim(&mut lead.conn, &mut lead.shift, take, true) {
             Ok(claim) => claim,
             Err(e) if e.is_pooler_mismatch() => {
                 log::error!("pgqueuer claim failed; stopping the worker: {e}");
@@ -518,7 +518,7 @@ impl<'a> Dispatcher<'a> {
     pub(crate) fn run_second(&self) {
         let config = self.config;
         let mut conn = LoopConn::new(&config.pool);
-        let shift = (self.slot_shift + 0.5).fract();
+        let mut shift = (self.slot_shift + 0.5).fract();
         loop {
             select! {
                 recv(self.second.wake_rx) -> _ => {},
@@ -535,7 +535,7 @@ impl<'a> Dispatcher<'a> {
                 if take == 0 {
                     break;
                 }
-                match self.claim(&mut conn, shift, take, false) {
+                match self.claim(&mut conn, &mut shift, take, false) {
                     Ok(claim) => {
                         let jobs = self.hold(claim.jobs);
                         self.ledger.hand_over(jobs);
@@ -550,14 +550,15 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Claims up to `take` jobs (the threads reserved for them), its search for free
-    /// slots starting at `shift`, folding in whatever outcomes the completer offers when
-    /// `fold`; gives back the threads the claim did not fill, and learns from the slots
-    /// in use whether the limits are far from binding.
+    /// Claims up to `take` jobs (the threads reserved for them), its slots taken (or
+    /// searched for) from `shift` on, folding in whatever outcomes the completer offers
+    /// when `fold`; gives back the threads the claim did not fill, and learns from the
+    /// slots in use whether the limits are far from binding. A relaxed claim moves `shift`
+    /// past the slots it took, or, after losing a slot race, to a random place.
     fn claim(
         &self,
         conn: &mut LoopConn<'_>,
-        shift: f64,
+        shift: &mut f64,
         take: usize,
         fold: bool,
     ) -> crate::Result<Claim> {
@@ -586,10 +587,10 @@ impl<'a> Dispatcher<'a> {
         };
         let mut claimed = match (&claimer, &leased) {
             (Some(_), Some(leased)) => {
-                conn.run(|c| leased.plain.claim_from(c, &outcomes, take, shift, relaxed))
+                conn.run(|c| leased.plain.claim_from(c, &outcomes, take, *shift, relaxed))
             }
             (Some(claimer), None) => {
-                conn.run(|c| claimer.claim_from(c, &outcomes, take, shift, relaxed))
+                conn.run(|c| claimer.claim_from(c, &outcomes, take, *shift, relaxed))
             }
             // Every entrypoint is paused: write the outcomes alone, claim nothing.
             (None, _) => conn
@@ -603,6 +604,9 @@ impl<'a> Dispatcher<'a> {
         self.ledger.after_claim(outcomes, written);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         self.ledger.unreserve(take - taken);
+        if relaxed && let (Ok(claim), Some(claimer)) = (&claimed, &claimer) {
+            *shift = next_shift(*shift, claimer, claim);
+        }
         if let Some(leased) = &leased {
             let jobs = claimed.as_ref().map_or(&[][..], |c| &c.jobs[..]);
             self.rate_gate.settle(leased, jobs);
@@ -742,4 +746,29 @@ fn slot_limits_of(claimer: &crate::claim::Claimer) -> Option<Vec<usize>> {
         .limits()
         .map(|(_, limit)| usize::try_from(limit).ok().filter(|l| *l > 0))
         .collect()
+}
+
+/// Where a lane's next relaxed claim takes its slots (see `sql::claim::relaxed_claim`):
+/// past those `claim` took, by the largest share of a limit it took of any entrypoint; a
+/// random place after a lost slot race (the slots ahead were held, by another worker's
+/// lane as likely as not).
+fn next_shift(shift: f64, claimer: &crate::claim::Claimer, claim: &Claim) -> f64 {
+    if claim.lost == Some(LostRace::Slot) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        // A multiplicative hash of the clock's nanoseconds, as a fraction.
+        return f64::from(nanos.wrapping_mul(2_654_435_761)) / 4_294_967_296.0;
+    }
+    let step = claimer
+        .limits()
+        .filter(|(_, limit)| *limit > 0)
+        .map(|(name, limit)| {
+            let taken = claim.jobs.iter().filter(|j| j.entrypoint == name).count();
+            #[allow(clippy::cast_precision_loss)] // counts and limits far below 2^52
+            let share = taken as f64 / limit as f64;
+            share
+        })
+        .fold(0.0, f64::max);
+    (shift + step).fract()
 }
