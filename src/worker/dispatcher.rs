@@ -604,7 +604,7 @@ impl<'a> Dispatcher<'a> {
         self.ledger.after_claim(outcomes, written);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         self.ledger.unreserve(take - taken);
-        if relaxed && let (Ok(claim), Some(claimer)) = (&claimed, &claimer) {
+        if let (Ok(claim), Some(claimer)) = (&claimed, &claimer) {
             *shift = next_shift(*shift, claimer, claim);
         }
         if let Some(leased) = &leased {
@@ -647,6 +647,12 @@ impl<'a> Dispatcher<'a> {
                 );
             }
             self.ledger.allow_ahead(relaxed);
+        }
+        if relaxed && matches!(&claimed, Ok(c) if c.lost == Some(LostRace::Slot)) {
+            // The slots ahead of this lane were held: the next claim searches for free
+            // ones, and says again whether the limits are far from full.
+            self.relaxed.store(false, Ordering::SeqCst);
+            self.ledger.allow_ahead(false);
         }
         if let Ok(claim) = &claimed {
             self.second.batch_bound.store(
@@ -748,10 +754,12 @@ fn slot_limits_of(claimer: &crate::claim::Claimer) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// Where a lane's next relaxed claim takes its slots (see `sql::claim::relaxed_claim`):
-/// past those `claim` took, by the largest share of a limit it took of any entrypoint; a
-/// random place after a lost slot race (the slots ahead were held, by another worker's
-/// lane as likely as not).
+/// Where a lane's next claim takes (or, carefully, starts searching for) its slots (see
+/// `sql::claim::relaxed_claim`): just past the last slot `claim` gave a job of the limited
+/// entrypoint it took most of (its jobs come in the order their slots were given, from
+/// the shift on), which is where free slots are likeliest; a random place after a lost
+/// slot race (the slots ahead were held, by another worker's lane as likely as not); the
+/// same place when it took no slot.
 fn next_shift(shift: f64, claimer: &crate::claim::Claimer, claim: &Claim) -> f64 {
     if claim.lost == Some(LostRace::Slot) {
         let nanos = std::time::SystemTime::now()
@@ -760,15 +768,26 @@ fn next_shift(shift: f64, claimer: &crate::claim::Claimer, claim: &Claim) -> f64
         // A multiplicative hash of the clock's nanoseconds, as a fraction.
         return f64::from(nanos.wrapping_mul(2_654_435_761)) / 4_294_967_296.0;
     }
-    let step = claimer
+    let busiest = claimer
         .limits()
         .filter(|(_, limit)| *limit > 0)
         .map(|(name, limit)| {
-            let taken = claim.jobs.iter().filter(|j| j.entrypoint == name).count();
-            #[allow(clippy::cast_precision_loss)] // counts and limits far below 2^52
-            let share = taken as f64 / limit as f64;
-            share
+            let mine = claim.jobs.iter().filter(|j| j.entrypoint == name);
+            (
+                mine.clone().count(),
+                limit,
+                mine.filter_map(|j| j.slot).next_back(),
+            )
         })
-        .fold(0.0, f64::max);
-    (shift + step).fract()
+        .max_by_key(|(count, _, _)| *count);
+    match busiest {
+        Some((taken, limit, Some(last))) if taken > 0 => {
+            // Half a slot on, so that the claim's floor(limit * shift) is the next slot
+            // whatever the rounding.
+            #[allow(clippy::cast_precision_loss)] // slots and limits far below 2^52
+            let next = (last as f64 + 1.5) / limit as f64;
+            next.fract()
+        }
+        _ => shift,
+    }
 }

@@ -126,3 +126,68 @@ fn two_lanes_and_two_workers_at_a_limit_about_to_bind_never_exceed_it() {
         scalar::<i64>(&mut db.client(), "SELECT count(*) FROM pgqueuer") == 0
     });
 }
+
+/// Relaxed claims take slots in turn from where their lane left off, without looking:
+/// here two thirds of the slots (0 to 39 of a limit of 60) are held by another claimer,
+/// so a lane's turn often falls on held slots, and the slot index rejects that claim. The
+/// worker claims again elsewhere and runs every job once; its own handlers never run
+/// beside more than the 20 slots left, and the held jobs keep their slots.
+#[test]
+fn relaxed_claims_that_meet_held_slots_claim_again_elsewhere() {
+    const LIMIT: u32 = 60;
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let holder = pgqueuer::Claimer::builder()
+        .entrypoint("flow", LIMIT)
+        .build()
+        .unwrap();
+    let held: Vec<NewJob> = (0..40)
+        .map(|i| NewJob::new("flow", format!("{i}")))
+        .collect();
+    queue.enqueue_many(&held).unwrap();
+    let pool = db.pool(1);
+    let mut conn = pool.get().unwrap();
+    let mut taken = 0;
+    while taken < 40 {
+        taken += holder.claim(&mut conn, 40 - taken).unwrap().jobs.len();
+    }
+    let sweep = Overlap::default();
+    let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let jobs: Vec<NewJob> = (0..300)
+        .map(|_| NewJob::new("flow", b"lull".to_vec()))
+        .collect();
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    // Two threads, batches of two: a margin of 8, so the 20 free slots count as far from
+    // full and the worker claims relaxed.
+    let worker = flowing(&db, LIMIT, 2, 2, &sweep, &seen);
+    queue.wait_for(&ids, Duration::from_secs(120)).unwrap();
+    let stats = worker.stats();
+    worker.join().unwrap();
+    eprintln!(
+        "relaxed claims {}, slot races lost {}",
+        stats.relaxed_claims, stats.slot_races_lost
+    );
+    assert_eq!(seen.lock().unwrap().len(), 300, "every job ran once");
+    assert!(stats.relaxed_claims > 0, "the worker never claimed relaxed");
+    assert!(sweep.peak() <= 20, "{} of ours ran at once", sweep.peak());
+    let mut client = db.client();
+    let slots: Vec<i32> = client
+        .query(
+            "SELECT slot::int FROM pgqueuer WHERE status = 'picked' ORDER BY slot",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        slots,
+        (0..40).collect::<Vec<i32>>(),
+        "the held jobs keep their slots"
+    );
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer"),
+        40,
+        "only the held jobs are left"
+    );
+}
