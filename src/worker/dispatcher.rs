@@ -18,9 +18,10 @@
 //! A worker with limits claims as one without them while every limit is far from
 //! binding: each claim reports the slots in use fleet-wide, and while each limit has
 //! `relax_margin` to spare (this worker's threads, a batch ahead and a batch per lane)
-//! claims go ahead of free threads and on both lanes. The two lanes start their searches
-//! for free slots half a limit apart, so they take different slots; the slot index still
-//! decides every claim, so exactness never rests on this reckoning. Nearer the limit the
+//! claims go ahead of free threads and on both lanes, and take slots in turn from where
+//! each lane left off, without searching (the lanes start half a limit apart, so they take
+//! different slots); the slot index still decides every claim, so exactness never rests
+//! on this reckoning. Nearer the limit the
 //! worker claims for free threads only, on one lane, and a slot is never held by a job
 //! waiting for a thread.
 
