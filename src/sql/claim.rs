@@ -127,38 +127,21 @@ pub(crate) fn queue_claim(
     let log = s.qualify(&s.queue_table_log);
     let budget_param = if capacity_gated { "$7" } else { "$5" };
     let fresh = "status = 'queued' AND execute_after < NOW()";
-    let mut ctes: Vec<String> = Vec::new();
     // Rows this statement ends are no longer held, for the slot and budget counts.
-    let not_ended = if ending {
-        let first = 5 + 2 * usize::from(capacity_gated) + usize::from(budget_gated);
-        ctes.extend(ending_ctes(
-            s,
-            &format!("${first}::bigint[]"),
-            &format!("${}::text[]", first + 1),
-            &format!("${}::text[]", first + 2),
-            "$3::uuid",
-        ));
-        " AND id <> ALL(ARRAY(SELECT id FROM ended_rows))"
-    } else {
-        ""
-    };
-    // The per-worker budget: no new claim at all once this worker holds `budget` jobs.
-    let budget_ok = if budget_gated {
-        format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
-    } else {
-        String::new()
-    };
+    let (mut ctes, not_ended) = ending_prelude(
+        s,
+        ending,
+        5 + 2 * usize::from(capacity_gated) + usize::from(budget_gated),
+    );
+    let budget_ok = budget_check(budget_gated, budget_param);
     if rated {
         let first = 5 + 2 + usize::from(budget_gated) + 3 * usize::from(ending);
         ctes.extend(super::rates::rate_room_ctes(s, first));
     }
     if capacity_gated {
-        ctes.push("params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into());
-        // Fleet-wide holders per entrypoint; a row is held exactly while it has an owner.
-        ctes.push(format!(
-            "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
-             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
-        ));
+        let [params, picked, available] = capacity_ctes(&queue, not_ended);
+        ctes.push(params);
+        ctes.push(picked);
         if rated {
             // A rate-limited entrypoint's units bound its fresh claims as its free slots
             // do (the smaller of the two, with both).
@@ -173,23 +156,13 @@ pub(crate) fn queue_claim(
                     .into(),
             );
         } else {
-            ctes.push(
-                "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
-                 CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
-                 FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
-                 WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit\n)"
-                    .into(),
-            );
+            ctes.push(available);
         }
     } else {
         ctes.push("available AS (\n    SELECT UNNEST($2::text[]) AS entrypoint\n)".into());
     }
     if budget_gated {
-        ctes.push(format!(
-            "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
-             GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
-             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[]){not_ended}\n)"
-        ));
+        ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
     if capacity_gated {
         ctes.push(format!(
@@ -256,14 +229,7 @@ pub(crate) fn queue_claim(
              WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
         ));
     }
-    // Stale re-picks are never gated by the limit: the row already holds its slot.
-    ctes.push(format!(
-        "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
-         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
-         AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
-         AND execute_after < NOW(){budget_ok}\n    \
-         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
-    ));
+    ctes.push(next_stale_cte(&queue, &budget_ok));
     let eligible_limit = if budget_gated {
         "(SELECT headroom FROM worker_load)"
     } else {
@@ -341,10 +307,7 @@ pub(crate) fn queue_claim(
              WHERE ctid = ANY(ARRAY(SELECT tid FROM eligible))\n    RETURNING *\n)"
         ));
     }
-    ctes.push(format!(
-        "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
-         SELECT id, status, entrypoint, priority FROM claimed\n)"
-    ));
+    ctes.push(log_pick_cte(&log));
     if rated {
         ctes.extend(super::rates::rate_spend_ctes(s));
     }
@@ -411,43 +374,11 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     let log = s.qualify(&s.queue_table_log);
     let fresh = "status = 'queued' AND execute_after < NOW()";
     let budget_param = "$7";
-    let mut ctes: Vec<String> = Vec::new();
-    let not_ended = if ending {
-        let first = 7 + usize::from(budget_gated);
-        ctes.extend(ending_ctes(
-            s,
-            &format!("${first}::bigint[]"),
-            &format!("${}::text[]", first + 1),
-            &format!("${}::text[]", first + 2),
-            "$3::uuid",
-        ));
-        " AND id <> ALL(ARRAY(SELECT id FROM ended_rows))"
-    } else {
-        ""
-    };
-    let budget_ok = if budget_gated {
-        format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
-    } else {
-        String::new()
-    };
-    ctes.push("params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into());
-    ctes.push(format!(
-        "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
-         WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
-    ));
-    ctes.push(
-        "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
-         CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
-         FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
-         WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit\n)"
-            .into(),
-    );
+    let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
+    let budget_ok = budget_check(budget_gated, budget_param);
+    ctes.extend(capacity_ctes(&queue, not_ended));
     if budget_gated {
-        ctes.push(format!(
-            "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
-             GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
-             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[]){not_ended}\n)"
-        ));
+        ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
     ctes.push(format!(
         "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
@@ -457,14 +388,7 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
          ) c\n    \
          WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
     ));
-    // Stale re-picks are never gated by the limit: the row already holds its slot.
-    ctes.push(format!(
-        "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
-         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
-         AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
-         AND execute_after < NOW(){budget_ok}\n    \
-         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
-    ));
+    ctes.push(next_stale_cte(&queue, &budget_ok));
     let eligible_limit = if budget_gated {
         "(SELECT headroom FROM worker_load)"
     } else {
@@ -489,10 +413,7 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
          WHERE job.ctid = ANY(ARRAY(SELECT tid FROM eligible)) AND job.id = e.id\n    \
          RETURNING job.*\n)"
     ));
-    ctes.push(format!(
-        "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
-         SELECT id, status, entrypoint, priority FROM claimed\n)"
-    ));
+    ctes.push(log_pick_cte(&log));
     let ended = if ending {
         ", ended.ids AS ended FROM (SELECT ARRAY(SELECT job_id FROM log_end) AS ids) ended CROSS JOIN"
     } else {
@@ -519,33 +440,12 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
     let log = s.qualify(&s.queue_table_log);
     let fresh = "status = 'queued' AND execute_after < NOW()";
     let budget_param = "$7";
-    let mut ctes: Vec<String> = Vec::new();
-    let not_ended = if ending {
-        let first = 7 + usize::from(budget_gated);
-        ctes.extend(ending_ctes(
-            s,
-            &format!("${first}::bigint[]"),
-            &format!("${}::text[]", first + 1),
-            &format!("${}::text[]", first + 2),
-            "$3::uuid",
-        ));
-        " AND id <> ALL(ARRAY(SELECT id FROM ended_rows))"
-    } else {
-        ""
-    };
-    let budget_ok = if budget_gated {
-        format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
-    } else {
-        String::new()
-    };
+    let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
+    let budget_ok = budget_check(budget_gated, budget_param);
     let first = 7 + usize::from(budget_gated) + 3 * usize::from(ending);
     ctes.extend(super::rates::rate_room_ctes(s, first));
     if budget_gated {
-        ctes.push(format!(
-            "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
-             GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
-             FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[]){not_ended}\n)"
-        ));
+        ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
     ctes.push(
         "available AS (\n    SELECT u.entrypoint, r.room FROM UNNEST($2::text[]) AS u(entrypoint)\n    \
@@ -561,13 +461,7 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
          ) c\n    \
          WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
     ));
-    ctes.push(format!(
-        "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
-         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
-         AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
-         AND execute_after < NOW(){budget_ok}\n    \
-         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
-    ));
+    ctes.push(next_stale_cte(&queue, &budget_ok));
     let eligible_limit = if budget_gated {
         "(SELECT headroom FROM worker_load)"
     } else {
@@ -588,10 +482,7 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
          SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid\n    \
          WHERE ctid = ANY(ARRAY(SELECT tid FROM eligible))\n    RETURNING *\n)"
     ));
-    ctes.push(format!(
-        "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
-         SELECT id, status, entrypoint, priority FROM claimed\n)"
-    ));
+    ctes.push(log_pick_cte(&log));
     ctes.extend(super::rates::rate_spend_ctes(s));
     let ended = if ending {
         ",\n       ARRAY(SELECT job_id FROM log_end) AS ended"
@@ -607,6 +498,83 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
         ctes.join(",\n"),
         JOB_COLUMNS
     )
+}
+
+/// The parts every claim shape shares: the CTEs that end claims first (when `ending`, with
+/// the three outcome parameters from `$first` on), and the filter that leaves the ended
+/// rows out of the counts (empty otherwise).
+fn ending_prelude(s: &Settings, ending: bool, first: usize) -> (Vec<String>, &'static str) {
+    if !ending {
+        return (Vec::new(), "");
+    }
+    let ctes = ending_ctes(
+        s,
+        &format!("${first}::bigint[]"),
+        &format!("${}::text[]", first + 1),
+        &format!("${}::text[]", first + 2),
+        "$3::uuid",
+    );
+    (
+        ctes.into_iter().collect(),
+        " AND id <> ALL(ARRAY(SELECT id FROM ended_rows))",
+    )
+}
+
+/// The per-worker budget's test (no new claim once this worker holds `budget` jobs), or
+/// nothing without a budget.
+fn budget_check(budget_gated: bool, budget_param: &str) -> String {
+    if budget_gated {
+        format!(" AND (SELECT total FROM worker_load) < {budget_param}::bigint")
+    } else {
+        String::new()
+    }
+}
+
+/// The jobs this worker holds, and how many more its budget lets it take.
+fn worker_load_cte(queue: &str, budget_param: &str, not_ended: &str) -> String {
+    format!(
+        "worker_load AS (\n    SELECT COUNT(*) AS total,\n           \
+         GREATEST(LEAST($1::int, {budget_param}::bigint - COUNT(*)), 0) AS headroom\n    \
+         FROM {queue} WHERE queue_manager_id = $3::uuid AND entrypoint = ANY($2::text[]){not_ended}\n)"
+    )
+}
+
+/// A dead worker's jobs to take over, locked. Stale re-picks are never gated by a
+/// concurrency limit: the row already holds its slot.
+fn next_stale_cte(queue: &str, budget_ok: &str) -> String {
+    format!(
+        "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
+         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
+         AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
+         AND execute_after < NOW(){budget_ok}\n    \
+         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
+    )
+}
+
+/// The `picked` log row of every claimed job.
+fn log_pick_cte(log: &str) -> String {
+    format!(
+        "log_pick AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
+         SELECT id, status, entrypoint, priority FROM claimed\n)"
+    )
+}
+
+/// The limits bound by `$2` and `$5`, the slots in use fleet-wide (`picked`: every row
+/// with an owner, less those this claim ends), and the entrypoints with room
+/// (`available`, `remaining` NULL for an unlimited one).
+fn capacity_ctes(queue: &str, not_ended: &str) -> [String; 3] {
+    [
+        "params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into(),
+        format!(
+            "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
+             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
+        ),
+        "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
+         CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
+         FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint\n    \
+         WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit\n)"
+            .into(),
+    ]
 }
 
 // Statements that end or refresh a claim lock the rows they touch with SKIP LOCKED and

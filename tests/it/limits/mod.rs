@@ -100,3 +100,29 @@ pub fn rust_worker(
         .start()
         .unwrap()
 }
+
+/// When each job's handler started, as the handlers record it.
+pub type Starts = std::sync::Arc<std::sync::Mutex<Vec<std::time::SystemTime>>>;
+
+/// A worker of `threads` threads claiming batches of `batch` (its pool has room for two
+/// claim lanes), whose `entrypoint` handler records when each job starts in `starts`.
+pub fn recording_worker(
+    db: &TestDb,
+    entrypoint: Entrypoint,
+    threads: usize,
+    batch: usize,
+    starts: &Starts,
+) -> pgqueuer::RunningWorker {
+    let seen = std::sync::Arc::clone(starts);
+    Worker::builder(db.pool(6))
+        .threads(threads)
+        .batch_size(batch)
+        .entrypoint(entrypoint, move |_, _| {
+            seen.lock().unwrap().push(std::time::SystemTime::now());
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap()
+}

@@ -723,32 +723,19 @@ fn the_rate_in_use_is_shown_and_a_python_worker_beside_it_is_reported() {
 /// while the workers made claims on leases at first.
 #[test]
 fn leased_units_keep_the_rate_as_it_comes_to_bind() {
-    use std::sync::{Arc, Mutex};
+    use pgqueuer::Entrypoint;
 
-    use pgqueuer::{Entrypoint, Worker};
+    use super::{Starts, recording_worker};
 
     let _timing = timing_lock();
     let db = TestDb::new();
     let mut client = db.client();
     insert_jobs(&mut client, "api", 0, 3_000);
-    let starts: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
+    let starts = Starts::default();
     let workers: Vec<_> = (0..2)
         .map(|_| {
-            let seen = Arc::clone(&starts);
-            Worker::builder(db.pool(6))
-                .threads(8)
-                .batch_size(10)
-                .entrypoint(
-                    Entrypoint::new("api").rate_limit(500, Duration::from_secs(1)),
-                    move |_, _| {
-                        seen.lock().unwrap().push(SystemTime::now());
-                        Ok(())
-                    },
-                )
-                .build()
-                .unwrap()
-                .start()
-                .unwrap()
+            let api = Entrypoint::new("api").rate_limit(500, Duration::from_secs(1));
+            recording_worker(&db, api, 8, 10, &starts)
         })
         .collect();
     eventually(Duration::from_secs(60), "3,000 starts", || {
@@ -777,31 +764,18 @@ fn leased_units_keep_the_rate_as_it_comes_to_bind() {
 /// least the starts; leased units no claim took make them more).
 #[test]
 fn each_job_of_a_lease_has_a_unit_of_its_own() {
-    use std::sync::{Arc, Mutex};
+    use pgqueuer::Entrypoint;
 
-    use pgqueuer::{Entrypoint, Worker};
+    use super::{Starts, recording_worker};
 
     let _timing = timing_lock();
     let db = TestDb::new();
     let mut client = db.client();
     client.batch_execute(STAMPS_DDL).unwrap();
     insert_jobs(&mut client, "api", 0, 500);
-    let starts: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
-    let seen = Arc::clone(&starts);
-    let worker = Worker::builder(db.pool(6))
-        .threads(4)
-        .batch_size(1)
-        .entrypoint(
-            Entrypoint::new("api").rate_limit(100, Duration::from_secs(1)),
-            move |_, _| {
-                seen.lock().unwrap().push(SystemTime::now());
-                Ok(())
-            },
-        )
-        .build()
-        .unwrap()
-        .start()
-        .unwrap();
+    let starts = Starts::default();
+    let api = Entrypoint::new("api").rate_limit(100, Duration::from_secs(1));
+    let worker = recording_worker(&db, api, 4, 1, &starts);
     eventually(Duration::from_secs(60), "500 starts", || {
         starts.lock().unwrap().len() >= 500
     });

@@ -10,6 +10,7 @@ use crossbeam_channel::{Receiver, unbounded};
 use pgqueuer::ops::{self, set_limits};
 use pgqueuer::{Entrypoint, NewJob, Queue, RateLimit, Settings, Worker};
 
+use super::{Starts, recording_worker};
 use crate::claim::insert_jobs;
 use crate::harness::{
     TestDb, captured, eventually, eventually_explained, init_logging, scalar, timing_lock,
@@ -38,21 +39,14 @@ fn a_rate_lowered_while_running_holds_within_a_second() {
     let db = TestDb::new();
     let mut client = db.client();
     insert_jobs(&mut client, "api", 0, 600);
-    let starts: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
-    let seen = Arc::clone(&starts);
-    let worker = Worker::builder(db.pool(6))
-        .threads(8)
-        .entrypoint(
-            Entrypoint::new("api").rate_limit(50, Duration::from_secs(1)),
-            move |_, _| {
-                seen.lock().unwrap().push(SystemTime::now());
-                Ok(())
-            },
-        )
-        .build()
-        .unwrap()
-        .start()
-        .unwrap();
+    let starts = Starts::default();
+    let worker = recording_worker(
+        &db,
+        Entrypoint::new("api").rate_limit(50, Duration::from_secs(1)),
+        8,
+        10,
+        &starts,
+    );
     let count = || starts.lock().unwrap().len();
     eventually(Duration::from_secs(30), "100 starts at 50/s", || {
         count() >= 100
