@@ -51,6 +51,9 @@ pub struct Claim {
     /// units bounded this claim, and that has due jobs the claim left, may start one.
     /// `None` when no such entrypoint waits.
     pub rate_wait: Option<Duration>,
+    /// For a claimer with limits: some job held a slot at or above its entrypoint's limit
+    /// (a limit lowered since it was taken, or a larger one declared elsewhere).
+    pub(crate) above: bool,
     /// For a claimer with rate limits: every window of every rate-limited entrypoint was
     /// far from binding at the claim (at most half its units spent within the window, and
     /// at least four times the worker's margin of units), so no rate binds for now.
@@ -556,6 +559,7 @@ impl Claimer {
                         }
                         if i == 0 {
                             claim.in_use = row.try_get("in_use")?;
+                            claim.above = row.try_get::<_, Option<bool>>("above")?.unwrap_or(false);
                             if self.rates.is_some() {
                                 let wait: Option<i64> = row.try_get("rate_wait_us")?;
                                 claim.rate_wait = wait.map(|us| {
@@ -854,8 +858,9 @@ impl Claimer {
 
     /// True when no limit of this claimer binds for a while, as `claim` (one of its own)
     /// saw them: every limited entrypoint has `margin` slots to spare beyond those in use,
-    /// and every rate-limit window is far from binding ([`Claim::rate_plenty`]). True
-    /// without limits; false for a claim of another claimer.
+    /// no slot is held above its limit ([`Claim::above`]), and every rate-limit window is
+    /// far from binding ([`Claim::rate_plenty`]). True without limits; false for a claim
+    /// of another claimer.
     ///
     /// A job of a rate-limited entrypoint claimed ahead of a free thread may start later
     /// than the moment its unit records; the worker then spends fresh units for it
@@ -869,6 +874,11 @@ impl Claimer {
         }
         if self.limits.iter().all(|l| *l <= 0) {
             return true;
+        }
+        // A slot held above a limit is outside the slot index's reach: only careful
+        // claims, which count it, keep that limit exact.
+        if claim.above {
+            return false;
         }
         let in_use = &claim.in_use;
         in_use.len() == self.limits.len()
@@ -1144,6 +1154,19 @@ impl Claimer {
         client: &mut impl GenericClient,
         entrypoint: &str,
     ) -> Result<Option<Duration>> {
+        self.spend_late_start_ahead(client, entrypoint, Duration::ZERO)
+    }
+
+    /// [`Claimer::spend_late_start`], its units stamped `ahead` of now: the handler may
+    /// then start up to `ahead` plus the allowance after this statement was sent (for a
+    /// database whose round trip outlasts the allowance).
+    pub(crate) fn spend_late_start_ahead(
+        &self,
+        client: &mut impl GenericClient,
+        entrypoint: &str,
+        ahead: Duration,
+    ) -> Result<Option<Duration>> {
+        let ahead_us = i64::try_from(ahead.as_micros()).unwrap_or(i64::MAX);
         let Some(rates) = self
             .rates
             .as_deref()
@@ -1159,6 +1182,7 @@ impl Claimer {
                 &rates.starts,
                 &rates.cooldown_us,
                 &self.worker_id,
+                &ahead_us,
             ],
         )?;
         if row.try_get::<_, bool>("spent")? {

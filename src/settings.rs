@@ -254,9 +254,16 @@ impl Settings {
     }
 
     /// The channel that tells running workers the stored limits changed: the queue's
-    /// channel with `_rs_limits` appended (PgQueuer's listeners never see it).
+    /// channel with `_rs_limits` appended (PgQueuer's listeners never see it), or, where
+    /// that is longer than PostgreSQL's 63 bytes, `pgqueuer_rs_limits_` and the CRC-32 of
+    /// the queue's channel (every worker and `pgq` derive the same).
     pub(crate) fn limits_channel(&self) -> String {
-        format!("{}_rs_limits", self.channel)
+        let name = format!("{}_rs_limits", self.channel);
+        if name.len() <= 63 {
+            name
+        } else {
+            format!("pgqueuer_rs_limits_{:08x}", crc32(self.channel.as_bytes()))
+        }
     }
 
     /// The key of PgQueuer's schema-upgrade advisory lock: CRC-32 of the qualified queue
@@ -399,5 +406,19 @@ mod tests {
         assert!(s.validate().unwrap_err().to_string().contains("63-byte"));
         s.queue_table = String::new();
         assert!(s.validate().unwrap_err().to_string().contains("empty"));
+    }
+
+    #[test]
+    fn the_limits_channel_fits_postgres_names() {
+        let mut s = Settings::default();
+        assert_eq!(s.limits_channel(), "ch_pgqueuer_rs_limits");
+        s.channel = "c".repeat(63);
+        let long = s.limits_channel();
+        assert!(
+            long.len() <= 63 && long.starts_with("pgqueuer_rs_limits_"),
+            "{long}"
+        );
+        s.channel = "d".repeat(63);
+        assert_ne!(s.limits_channel(), long, "another channel, another name");
     }
 }

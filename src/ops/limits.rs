@@ -282,8 +282,20 @@ pub(crate) fn stored_of(row: &postgres::Row) -> Result<StoredLimits> {
             Some(rates)
         }
     };
+    let concurrency_limit = match limit {
+        None => None,
+        Some(l) => Some(u32::try_from(l).map_err(|_| {
+            Error::invalid(
+                "concurrency_limit",
+                format!(
+                    "the stored concurrency limit of {entrypoint:?} is {l}, not a count; \
+                     store it again with `pgq limits set`"
+                ),
+            )
+        })?),
+    };
     Ok(StoredLimits {
-        concurrency_limit: limit.map(|l| u32::try_from(l).unwrap_or(0)),
+        concurrency_limit,
         rates,
         changed: row.try_get("changed")?,
         changed_by: row.try_get("changed_by")?,

@@ -113,7 +113,7 @@ impl ClaimSql {
 /// capacity, and spends one unit per fresh job in each of its windows. They return
 /// `rate_wait_us` (int8 or NULL) on every row: how long until a rate-limited entrypoint
 /// with due jobs left behind could start one; and `rate_plenty` (bool): whether every
-/// window had the rested units the last parameter asks for.
+/// window is far from binding for the worker whose margin the last parameter gives.
 pub(crate) fn queue_claim(
     s: &Settings,
     gating: Gating,
@@ -277,7 +277,10 @@ pub(crate) fn queue_claim(
              ) s\n    \
              WHERE a.remaining IS NOT NULL{slotted}\n      \
              AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
-             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot{not_ended}\n      )\n)"
+             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot{not_ended}\n      )\n      \
+             AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
+             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot >= a.concurrency_limit\n            \
+             AND h.slot % a.concurrency_limit = s.slot{not_ended}\n      )\n)"
         ));
         // MATERIALIZED, so that it is computed once: inlined, it became the inner side of
         // a nested loop over the eligible rows (worker sessions plan with sorts off), and
@@ -326,9 +329,11 @@ pub(crate) fn queue_claim(
         } else {
             ""
         };
+        let above = above_limit(&queue);
         ctes.push(format!(
             "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended,\n           \
-             (SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord)) AS in_use{rate_wait}\n    \
+             (SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord)) AS in_use,\n           \
+             {above} AS above{rate_wait}\n    \
              FROM limited_attempts\n)",
         ));
         let from = if ending {
@@ -337,7 +342,7 @@ pub(crate) fn queue_claim(
             " FROM contention"
         };
         format!(
-            "WITH\n{}\nSELECT {}, contention.contended, contention.in_use{}{ended}{from} LEFT JOIN claimed ON TRUE \
+            "WITH\n{}\nSELECT {}, contention.contended, contention.in_use, contention.above{}{ended}{from} LEFT JOIN claimed ON TRUE \
              ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
             JOB_COLUMNS,
@@ -421,11 +426,13 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     };
     format!(
         "WITH\n{}\nSELECT {}, 0::bigint AS contended,\n       \
-         inuse.in_use{ended} (\n    \
-         SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) AS in_use\n\
+         inuse.in_use, inuse.above{ended} (\n    \
+         SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) AS in_use,\n           \
+         {above} AS above\n\
          ) inuse LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
         ctes.join(",\n"),
-        JOB_COLUMNS
+        JOB_COLUMNS,
+        above = above_limit(&queue),
     )
 }
 
@@ -492,11 +499,23 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
     format!(
         "WITH\n{}\nSELECT {}, 0::bigint AS contended,\n       \
          ARRAY(SELECT 0::bigint FROM UNNEST($5::bigint[]) WHERE $6::float8 IS NOT NULL) AS in_use,\n       \
+         FALSE AS above,\n       \
          (SELECT wait_us::bigint FROM rate_wait) AS rate_wait_us,\n       \
          (SELECT plenty FROM rate_plenty) AS rate_plenty{ended}\n\
          FROM (SELECT 1) one LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
         ctes.join(",\n"),
         JOB_COLUMNS
+    )
+}
+
+/// Whether some job holds a slot at or above its entrypoint's limit (`params`, the limits
+/// in force): left by a larger limit, lowered since, or declared by another worker. Such a
+/// slot is outside the unique index's reach, so claims near the limit must count it
+/// (the careful search treats it as holding its slot modulo the limit).
+fn above_limit(queue: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM params p JOIN {queue} h ON h.entrypoint = p.entrypoint\n               \
+         WHERE p.concurrency_limit > 0 AND h.status = 'picked' AND h.slot >= p.concurrency_limit)"
     )
 }
 

@@ -71,8 +71,8 @@ pub(crate) fn rates_provision(s: &Settings) -> String {
 /// spent, locked (skipping those another claim holds; the lock re-checks a unit spent
 /// since the snapshot), from `off` on and then from the window's first unit; `rate_room`,
 /// per rate-limited entrypoint, how many jobs the claim may start: the fewest units any
-/// of its windows could lend; `rate_plenty`, whether every window has that many rested
-/// units.
+/// of its windows could lend; `rate_plenty`, whether every window is far from binding for
+/// the asking worker (see [`plenty_cte`]).
 pub(crate) fn rate_room_ctes(s: &Settings, first: usize) -> [String; 4] {
     let table = s.qualify(&s.rates_table());
     let (ep, per, starts, cooldown, plenty) = (first, first + 1, first + 2, first + 3, first + 4);
@@ -132,8 +132,9 @@ fn plenty_cte(table: &str, margin: &str) -> String {
 /// lease). Returns per entrypoint the units leased (`units`, the fewest of its windows),
 /// and `plenty`.
 ///
-/// The units are spent for starts that have not happened yet: the worker keeps each job's
-/// start within the guard of the moment it sent this statement, or spends fresh units.
+/// The units are spent for starts that have not happened yet: the worker starts each job
+/// within the lease's life and the guard after it sent this statement (so within the guard
+/// after the stamp), or spends fresh units.
 pub(crate) fn rate_lease(s: &Settings) -> String {
     let table = s.qualify(&s.rates_table());
     let [windows, _, _, _] = rate_room_ctes(s, 1);
@@ -225,8 +226,10 @@ pub(crate) fn rate_spend_ctes(s: &Settings) -> [String; 3] {
 
 /// A late start's own units (a worker's handler that could not start within the guard of
 /// its claim, see `worker::rate_gate`): one unit of each window bound by `$1`..`$4` (as
-/// for the claim, the windows of one entrypoint), locked and stamped now (with the
-/// worker's id `$5 uuid`, as a claim stamps its own) when every
+/// for the claim, the windows of one entrypoint), locked and stamped `$6 bigint`
+/// microseconds from now (0, or more where the statement took longer than the guard
+/// before: a lease's reasoning) with the worker's id `$5 uuid`, as a claim stamps its
+/// own, when every
 /// window lends one, none otherwise. Returns `spent`, and `wait_us`: when nothing was
 /// spent, microseconds until each window's oldest resting unit has rested (0, or NULL,
 /// where the window's rested units are all held by claims in flight).
@@ -240,7 +243,8 @@ pub(crate) fn rate_spend_late(s: &Settings) -> String {
          FROM rate_windows w\n    \
          CROSS JOIN LATERAL (\n        {rested}\n    ) u\n),\n\
          whole AS (\n    SELECT (SELECT COUNT(*) FROM units) = (SELECT COUNT(*) FROM rate_windows) AS ok\n),\n\
-         spent AS (\n    UPDATE {table} r SET started = clock_timestamp(), worker = $5::uuid\n    \
+         spent AS (\n    UPDATE {table} r\n    \
+         SET started = clock_timestamp() + $6::bigint * INTERVAL '1 microsecond', worker = $5::uuid\n    \
          FROM units u, whole\n    \
          WHERE whole.ok AND r.entrypoint = u.entrypoint AND r.per_us = u.per_us AND r.unit = u.unit\n    \
          RETURNING r.unit\n)\n\

@@ -9,10 +9,9 @@
 //! not pointless: it keeps the quiet spells (after a claim that found nothing, no claim
 //! until something changes or the next deferred job is due), folds finished jobs'
 //! outcomes into its claims when the completer offers them ([`Ledger::for_claim`]), and
-//! stops a drain. The second lane, a thread of its own, exists only for workers without
-//! concurrency limits, and claims only while claims come back as full batches: then the
-//! batch size, not idle threads, bounds them, and a second claim in flight runs while
-//! the first waits for its commit. (With idle threads as the bound, two claims would
+//! stops a drain. The second lane, a thread of its own, claims only while claims come back
+//! as full batches and no limit is near binding: then the batch size, not idle threads,
+//! bounds them, and a second claim in flight runs while the first waits for its commit. (With idle threads as the bound, two claims would
 //! split them and pay two commits.)
 //!
 //! A worker with limits claims as one without them while every limit is far from
@@ -101,6 +100,10 @@ pub(crate) struct Lead<'a> {
     rng: Jitter,
     /// How long to wait after a failed claim.
     backoff: Duration,
+    /// How long to wait before looking again when only rates bind and due jobs were left
+    /// with no unit to wait for (see [`Dispatcher::after_empty_claim`]): doubling while
+    /// it lasts, from a millisecond to [`MIN_POLL`].
+    rate_poll: Duration,
     /// No claim is worth running before this unless the doorbell says something changed.
     quiet_until: Option<Instant>,
     /// The last claim filled every thread it reserved: more work is likely waiting.
@@ -158,6 +161,7 @@ impl<'a> Dispatcher<'a> {
             shift: self.slot_shift,
             rng: Jitter::new(0),
             backoff: Duration::from_millis(50),
+            rate_poll: RATE_MIN_WAIT,
             quiet_until: None,
             last_full: false,
             limit_full: false,
@@ -222,6 +226,7 @@ impl<'a> Dispatcher<'a> {
     /// [`LimitWatch::reload`]): the claims run with them from now on, claiming carefully
     /// until a claim finds every limit far from full again.
     fn limits_in_force(&self, lead: &mut Lead<'_>) {
+        self.doorbell.take(Wake::LimitsStored);
         match lead
             .conn
             .run(|c| self.limits.reload(c, &self.config.claimer))
@@ -341,6 +346,9 @@ impl<'a> Dispatcher<'a> {
         };
         lead.backoff = Duration::from_millis(50);
         let n = claim.jobs.len();
+        if n > 0 {
+            lead.rate_poll = RATE_MIN_WAIT;
+        }
         lead.last_full = n == take;
         if n == 0 {
             return self.after_empty_claim(lead, claim.lost_race(), claim.rate_wait);
@@ -421,9 +429,13 @@ impl<'a> Dispatcher<'a> {
         let next_due = next.queued;
         if binding && next_due == Some(Duration::ZERO) && !self.limits.effective().has_slots() {
             // Only rates bind, and due jobs were left with no unit to wait for: their
-            // units (or the jobs) were held by claims still in flight, which commit in a
-            // moment. No deletion frees a unit, so none would ring.
-            self.wait_for_rate(lead, RATE_MIN_WAIT);
+            // units (or the jobs) were held by claims in flight, which commit in a moment,
+            // or the jobs by a longer transaction (or this worker's budget is full). No
+            // deletion frees a unit, so none would ring: look again soon, and later each
+            // time while it lasts.
+            let wait = lead.rate_poll;
+            lead.rate_poll = (wait * 2).min(MIN_POLL);
+            self.wait_for_rate(lead, wait);
             return Step::Again;
         }
         if binding {

@@ -28,6 +28,9 @@ pub(crate) enum Wake {
     /// The limits in force changed: the limit watch paused or resumed an entrypoint
     /// (see `limits`), so claims now take other entrypoints than before.
     LimitsChanged = 64,
+    /// The stored limits may have changed (their notification came): the dispatcher
+    /// reads them before its next claim, and only a change ends a quiet spell.
+    LimitsStored = 128,
 }
 
 /// How the dispatcher is woken: a set of pending [`Wake`] reasons and a token that

@@ -66,11 +66,21 @@ pub(crate) struct LimitWatch {
     stale: AtomicBool,
     /// A read of the stored limits failed: not again before this.
     retry_at: Mutex<Option<Instant>>,
+    /// When an unreadable stored row was last reported.
+    unreadable_warned: Mutex<Option<Instant>>,
+    /// The claimer without the paused entrypoints, for the claimer in force and the
+    /// entrypoints paused when it was made: claims reuse it while neither changes (a lease
+    /// of rate-limit units is for one claimer).
+    unpaused: Mutex<Option<Unpaused>>,
     /// Some entrypoint is paused (so claims must leave it out). Until the first look at
     /// the slots, every entrypoint that opted in counts as paused: a worker must not take
     /// a slot beside a larger limit it has not looked for yet.
     any_paused: AtomicBool,
 }
+
+/// A claimer in force, the entrypoints paused, and the claimer without them (`None`:
+/// every entrypoint paused).
+type Unpaused = (Arc<Claimer>, Vec<String>, Option<Arc<Claimer>>);
 
 #[derive(Default)]
 struct Watching {
@@ -236,6 +246,8 @@ impl LimitWatch {
             state: Mutex::new(state),
             stale: AtomicBool::new(true),
             retry_at: Mutex::new(None),
+            unreadable_warned: Mutex::new(None),
+            unpaused: Mutex::new(None),
             any_paused: AtomicBool::new(opted_in),
         }
     }
@@ -375,9 +387,9 @@ impl LimitWatch {
     }
 
     /// Notes that the stored limits may have changed (their notification came, or one
-    /// may have been missed).
+    /// may have been missed). A read that failed is still retried no sooner than
+    /// [`RELOAD_RETRY`] after it.
     pub(crate) fn limits_stored(&self) {
-        *lock(&self.retry_at) = None;
         self.stale.store(true, Ordering::SeqCst);
     }
 
@@ -416,6 +428,17 @@ impl LimitWatch {
             }
             Err(e) => return Err(e),
         };
+        if stored.iter().any(Result::is_err) {
+            let mut warned = lock(&self.unreadable_warned);
+            if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                *warned = Some(Instant::now());
+                for e in stored.iter().filter_map(|s| s.as_ref().err()) {
+                    log::warn!(
+                        "pgqueuer: a stored limit is left out, and the declared one holds: {e}"
+                    );
+                }
+            }
+        }
         let (limits, rates) = in_force(declared, &stored);
         let before = self.effective();
         if before.limits().map(|(_, l)| l).eq(limits.iter().copied())
@@ -463,8 +486,17 @@ impl LimitWatch {
             .filter(|w| w.pause_on_larger && w.larger)
             .map(|w| w.entrypoint.clone())
             .collect();
-        let paused: Vec<&str> = paused.iter().map(String::as_str).collect();
-        claimer.without(&paused).map(Arc::new)
+        let mut unpaused = lock(&self.unpaused);
+        if let Some((base, names, made)) = unpaused.as_ref()
+            && Arc::ptr_eq(base, &claimer)
+            && *names == paused
+        {
+            return made.clone();
+        }
+        let names: Vec<&str> = paused.iter().map(String::as_str).collect();
+        let made = claimer.without(&names).map(Arc::new);
+        *unpaused = Some((claimer, paused, made.clone()));
+        made
     }
 
     /// What is known of each entrypoint with a concurrency limit in force.
@@ -487,7 +519,7 @@ impl LimitWatch {
 /// The limits in force for `declared`'s entrypoints given the `stored` ones: each
 /// entrypoint's concurrency limit (0: none), aligned with `declared`'s, and every rate
 /// window. A stored value overrides the declared one; a stored row that cannot be read
-/// is logged and left out.
+/// is left out (the caller reports it).
 fn in_force(
     declared: &Claimer,
     stored: &[Result<StoredLimits>],
@@ -508,9 +540,6 @@ fn in_force(
             Some(stored) => rates.extend(stored.iter().map(|r| (name.to_owned(), *r))),
             None => rates.extend(declared_rates.iter().filter(|(n, _)| n == name).cloned()),
         }
-    }
-    for e in stored.iter().filter_map(|s| s.as_ref().err()) {
-        log::warn!("pgqueuer: a stored limit is left out, and the declared one holds: {e}");
     }
     (limits, rates)
 }

@@ -108,7 +108,7 @@ impl Listener<'_> {
         client.batch_execute(&sql::channel_listen(&self.limits_channel))?;
         // Changes stored while no LISTEN was active were missed: read them again.
         self.limits.limits_stored();
-        self.doorbell.ring(Wake::LimitsChanged);
+        self.doorbell.ring(Wake::LimitsStored);
         Ok(client)
     }
 
@@ -202,6 +202,7 @@ impl Listener<'_> {
         let mut unconfirmed: Vec<(i64, Instant)> = Vec::new();
         let mut last_probe = Instant::now();
         let interval = health_interval(self.listen.config());
+        let mut limits_ring = LimitsRing::default();
         while !finished() {
             self.stats.liveness.listener_ran(true);
             {
@@ -214,9 +215,11 @@ impl Listener<'_> {
                     match it.next() {
                         Ok(Some(n)) if n.channel() == self.limits_channel => {
                             // The payload (an entrypoint) is not trusted: any role may
-                            // notify. Reading the stored limits again is all it causes.
+                            // notify. Reading the stored limits again is all it causes,
+                            // at most ten times a second however many come.
                             self.limits.limits_stored();
-                            self.doorbell.ring(Wake::LimitsChanged);
+                            limits_ring.pending = true;
+                            limits_ring.ring_due(self.doorbell);
                         }
                         Ok(Some(n)) => self.handle(n.payload(), &mut probe, &mut unconfirmed),
                         Ok(None) => break,
@@ -229,6 +232,7 @@ impl Listener<'_> {
                     }
                 }
             }
+            limits_ring.ring_due(self.doorbell);
             if !client.is_closed() {
                 self.confirm(client, &mut unconfirmed)
                     .map_err(|e| format!("cannot confirm a cancellation: {}", chain(&e)))?;
@@ -287,5 +291,27 @@ mod tests {
         assert_eq!(health_interval(&config), Duration::from_secs(3));
         config.tcp_user_timeout(Duration::from_millis(200));
         assert_eq!(health_interval(&config), Duration::from_secs(1));
+    }
+}
+
+/// The least time between two rings for stored limits: a flood of their notifications
+/// costs at most ten reads a second.
+const LIMITS_RING_EVERY: Duration = Duration::from_millis(100);
+
+/// Rings for the stored limits, spaced out ([`LIMITS_RING_EVERY`]): a notification that
+/// comes sooner is rung when the spacing allows (the listener looks every `POLL`).
+#[derive(Default)]
+struct LimitsRing {
+    pending: bool,
+    last: Option<Instant>,
+}
+
+impl LimitsRing {
+    fn ring_due(&mut self, doorbell: &Doorbell) {
+        if self.pending && self.last.is_none_or(|at| at.elapsed() >= LIMITS_RING_EVERY) {
+            doorbell.ring(Wake::LimitsStored);
+            self.last = Some(Instant::now());
+            self.pending = false;
+        }
     }
 }

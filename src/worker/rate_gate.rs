@@ -41,19 +41,27 @@ const RETRY_MIN: Duration = Duration::from_millis(1);
 /// longer than the guard.
 const SLOW_MAX: Duration = Duration::from_millis(100);
 
+/// The furthest ahead a late start's units are stamped.
+const MAX_AHEAD: Duration = Duration::from_secs(1);
+
 /// When each claimed job of a rate-limited entrypoint was claimed (the claim statement's
 /// send), until its handler starts.
 #[derive(Default)]
 pub(crate) struct RateGate {
-    /// Per job: when its claim was sent, and how late after that it may start.
-    claimed: Mutex<HashMap<JobId, (Instant, Duration)>>,
-    /// The claimer of the latest rate-limited claim (the limits in force then), for late
-    /// starts' units.
-    claimer: Mutex<Option<Arc<Claimer>>>,
+    /// Per job: when its claim was sent, how late after that it may start, and the
+    /// claimer that claimed it (the limits in force then), whose units a late start spends.
+    claimed: Mutex<HashMap<JobId, Claimed>>,
     /// Units leased for the next claims (see the module docs).
     lease: Mutex<Option<Lease>>,
     /// Numbers the leases, so that a claim gives back only to its own.
     leases: AtomicU64,
+}
+
+/// A claimed job of a rate-limited entrypoint, until its handler starts.
+struct Claimed {
+    sent: Instant,
+    allowance: Duration,
+    claimer: Arc<Claimer>,
 }
 
 /// Units leased ahead of claims.
@@ -92,9 +100,9 @@ pub(crate) struct Leased {
 
 impl RateGate {
     /// Reserves `n` leased units for each rate-limited entrypoint of `claimer`, leasing
-    /// anew on `conn` where the lease is another claimer's, too old, or short of `n`.
-    /// `None` when the lease cannot cover the claim (the caller claims with the units'
-    /// own statement); a lease short of `n` is left to expire.
+    /// anew on `conn` where the lease is another claimer's, too old, or short of `n` (the
+    /// few units left of the old one stay spent). `None` when even a new lease cannot
+    /// cover the claim (the caller claims with the units' own statement).
     ///
     /// # Errors
     /// The database's error from the lease's statement.
@@ -176,17 +184,16 @@ impl RateGate {
         ahead: Duration,
     ) {
         let mut claimed = lock(&self.claimed);
-        let mut any = false;
         for job in jobs {
             if let Some(allowance) = claimer.start_allowance(&job.entrypoint) {
-                claimed.insert(job.id, (sent, allowance + ahead));
-                any = true;
-            }
-        }
-        if any {
-            let mut latest = lock(&self.claimer);
-            if !latest.as_ref().is_some_and(|l| Arc::ptr_eq(l, claimer)) {
-                *latest = Some(Arc::clone(claimer));
+                claimed.insert(
+                    job.id,
+                    Claimed {
+                        sent,
+                        allowance: allowance + ahead,
+                        claimer: Arc::clone(claimer),
+                    },
+                );
             }
         }
     }
@@ -201,20 +208,25 @@ impl RateGate {
         job: &Job,
         cancelled: impl Fn() -> bool,
     ) -> bool {
-        let Some((sent, allowance)) = lock(&self.claimed).remove(&job.id) else {
+        let Some(Claimed {
+            sent,
+            allowance,
+            claimer,
+        }) = lock(&self.claimed).remove(&job.id)
+        else {
             return true;
         };
         if sent.elapsed() <= allowance {
             return true;
         }
-        let Some(claimer) = lock(&self.claimer).clone() else {
+        // Fresh units are stamped as their statement runs: the start must follow within
+        // the guard. Where the statement itself took longer, the next try stamps its
+        // units that much ahead (twice what it took), as a lease does, so that a slow
+        // database costs units, never the start.
+        let Some(guard) = claimer.start_allowance(&job.entrypoint) else {
             return true;
         };
-        // Fresh units are stamped as their statement runs: the start must follow within
-        // the guard alone.
-        let guard = claimer
-            .start_allowance(&job.entrypoint)
-            .unwrap_or(Duration::ZERO);
+        let mut ahead = Duration::ZERO;
         let mut backoff = Duration::from_millis(50);
         let mut slow = RETRY_MIN;
         loop {
@@ -235,19 +247,22 @@ impl RateGate {
                     // Measured from the statement's sending: a wait for a pooled connection
                     // is not part of it.
                     let sent = Instant::now();
-                    let spent = claimer.spend_late_start(c.client(), &job.entrypoint)?;
+                    let spent =
+                        claimer.spend_late_start_ahead(c.client(), &job.entrypoint, ahead)?;
                     Ok((spent, sent.elapsed()))
                 });
             match spent {
-                Ok((None, took)) if took <= guard => return true,
-                // Spent, but the statement took longer than the guard (a busy machine or
-                // database): wait a little longer each time before spending again, so
-                // that many late starts at once do not keep the database busier still.
+                Ok((None, took)) if took <= guard + ahead => return true,
+                // Spent, but the statement took longer than the units allow: wait a
+                // little longer each time before spending again, so that many late starts
+                // at once do not keep the database busier still.
                 Ok((None, took)) => {
+                    ahead = (took * 2).min(MAX_AHEAD);
                     log::debug!(
-                        "spending units for job {} took {took:?}, longer than the guard of \
-                         {guard:?}; trying again in {slow:?}",
-                        job.id
+                        "spending units for job {} took {took:?}, longer than {:?}; trying \
+                         again in {slow:?}, stamping them {ahead:?} ahead",
+                        job.id,
+                        guard + ahead
                     );
                     shutdown.sleep(slow);
                     slow = (slow * 2).min(SLOW_MAX);

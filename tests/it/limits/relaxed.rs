@@ -191,3 +191,62 @@ fn relaxed_claims_that_meet_held_slots_claim_again_elsewhere() {
         "only the held jobs are left"
     );
 }
+
+/// A slot held at or above the limit (left by a larger limit lowered since, or taken by a
+/// worker that declares a larger one) is outside the slot index's reach, so a worker
+/// claims carefully, counting it, while one is held: here no relaxed claim runs while a
+/// job holds slot 70 of a limit of 60, though the limit is otherwise far from full; once
+/// that job has ended, the worker claims relaxed again.
+#[test]
+fn a_slot_held_above_the_limit_keeps_claims_careful() {
+    const LIMIT: u32 = 60;
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let id = queue
+        .enqueue(NewJob::new("flow", b"held".to_vec()))
+        .unwrap();
+    let holder = pgqueuer::Claimer::builder()
+        .entrypoint("flow", 100)
+        .build()
+        .unwrap();
+    let pool = db.pool(1);
+    let mut conn = pool.get().unwrap();
+    assert_eq!(holder.claim(&mut conn, 1).unwrap().jobs.len(), 1);
+    let mut client = db.client();
+    client
+        .execute("UPDATE pgqueuer SET slot = 70 WHERE id = $1", &[&id])
+        .unwrap();
+    let sweep = Overlap::default();
+    let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let first: Vec<NewJob> = (0..100)
+        .map(|_| NewJob::new("flow", b"lull".to_vec()))
+        .collect();
+    let ids = queue.enqueue_many(&first).unwrap();
+    let worker = flowing(&db, LIMIT, 2, 2, &sweep, &seen);
+    queue.wait_for(&ids, Duration::from_secs(60)).unwrap();
+    let careful = worker.stats();
+    assert_eq!(
+        careful.relaxed_claims, 0,
+        "a relaxed claim ran beside slot 70 ({} claims)",
+        careful.claims
+    );
+    let outcome = pgqueuer::Outcome {
+        id,
+        status: pgqueuer::Status::Successful,
+        traceback: None,
+    };
+    assert_eq!(holder.complete(&mut conn, &[outcome]).unwrap().len(), 1);
+    let second: Vec<NewJob> = (0..100)
+        .map(|_| NewJob::new("flow", b"lull".to_vec()))
+        .collect();
+    let ids = queue.enqueue_many(&second).unwrap();
+    queue.wait_for(&ids, Duration::from_secs(60)).unwrap();
+    let after = worker.stats();
+    worker.join().unwrap();
+    assert!(
+        after.relaxed_claims > 0,
+        "no relaxed claim once slot 70 was free ({} claims)",
+        after.claims - careful.claims
+    );
+    assert_eq!(seen.lock().unwrap().len(), 200, "every job ran once");
+}
