@@ -302,7 +302,7 @@ impl<'a> Dispatcher<'a> {
         };
         let free = self.free_slots(limits);
         if free > 0 {
-            return Some(free);
+            return Some(self.gather_slots(limits, free));
         }
         let poll = Instant::now() + self.config.dequeue_timeout;
         self.wait_while(&[Wake::Outcomes, Wake::Written], poll, || {
@@ -311,6 +311,29 @@ impl<'a> Dispatcher<'a> {
         self.doorbell.take(Wake::Outcomes);
         self.doorbell.take(Wake::Written);
         None
+    }
+
+    /// With slots, not threads, bounding the claim (`free` of this worker's slots free,
+    /// fewer than a claim could use) and this worker's own short jobs about to end, waits
+    /// up to [`GATHER`] for their slots, so that one claim, and one commit, takes them
+    /// all again rather than one claim for the first slot back and another for the rest.
+    /// Returns the free slots then. A job that runs long delays the claim by at most
+    /// this.
+    fn gather_slots(&self, limits: &[usize], free: usize) -> usize {
+        let usable = self
+            .config
+            .batch_size
+            .min(self.config.threads)
+            .min(limits.iter().sum());
+        let target = usable.min(free + self.ledger.owned());
+        if free >= target || !self.ledger.handlers_shorter_than(GATHER) {
+            return free;
+        }
+        let until = Instant::now() + GATHER;
+        self.wait_while(&[Wake::Outcomes, Wake::Written], until, || {
+            self.free_slots(limits) < target
+        });
+        self.free_slots(limits)
     }
 
     /// Claims up to `take` jobs (the room reserved for them) and hands them over, or

@@ -83,6 +83,11 @@ impl Ledger {
         self.room.idle_threads()
     }
 
+    /// True when handlers have lately run for less than `limit` on average.
+    pub(crate) fn handlers_shorter_than(&self, limit: Duration) -> bool {
+        self.room.recent_below(limit)
+    }
+
     /// True when the `n` jobs just claimed are all the worker has.
     pub(crate) fn only(&self, n: usize) -> bool {
         self.room.only(n)

@@ -58,14 +58,18 @@ impl Room {
     /// The allowance in force: `ahead` while it is allowed and handlers are short, else
     /// none.
     fn ahead_now(&self) -> usize {
-        let short = u64::try_from(AHEAD_WHILE_SHORTER.as_micros()).unwrap_or(u64::MAX);
-        if self.ahead_allowed.load(Ordering::Relaxed)
-            && self.recent_us.load(Ordering::Relaxed) < short
-        {
+        if self.ahead_allowed.load(Ordering::Relaxed) && self.recent_below(AHEAD_WHILE_SHORTER) {
             self.ahead
         } else {
             0
         }
+    }
+
+    /// True when the running average of handler run times is below `limit` (false
+    /// before the first job ends).
+    pub(crate) fn recent_below(&self, limit: Duration) -> bool {
+        let limit = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
+        self.recent_us.load(Ordering::Relaxed) < limit
     }
 
     /// The room beyond the allowance not in force.
