@@ -47,7 +47,8 @@ use crate::shutdown::ShutdownHandle;
 const MIN_POLL: Duration = Duration::from_millis(100);
 
 /// How long the dispatcher, with every thread busy on jobs of a full claim, waits for
-/// more threads once the first comes back. Short jobs of one batch end within
+/// more threads once the first comes back (or, with a binding limit's slots held by its
+/// own short jobs, for more of their slots). Short jobs of one batch end within
 /// microseconds of each other; claiming for the first thread alone would pay a commit for
 /// one job. A job that runs long delays its successor by at most this.
 const GATHER: Duration = Duration::from_micros(200);
@@ -324,7 +325,7 @@ impl<'a> Dispatcher<'a> {
             .config
             .batch_size
             .min(self.config.threads)
-            .min(limits.iter().sum());
+            .min(limits.iter().fold(0, |a, l| a.saturating_add(*l)));
         let target = usable.min(free + self.ledger.owned());
         if free >= target || !self.ledger.handlers_shorter_than(GATHER) {
             return free;
