@@ -385,8 +385,10 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     if budget_gated {
         ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
+    // Each fresh row carries its entrypoint's limit (`lim`) to the update, which finds
+    // its row by address: no join back to the limits.
     ctes.push(format!(
-        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
+        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint, a.concurrency_limit AS lim FROM available a\n    \
          CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
          WHERE entrypoint = a.entrypoint AND {fresh}\n        \
          ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.remaining, $1::int)) FOR UPDATE SKIP LOCKED\n    \
@@ -399,23 +401,25 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     } else {
         "$1::int"
     };
+    // One rank over the whole claim, in its own order (no sort of its own): the ranks an
+    // entrypoint's fresh rows get are distinct, so are their slots, the claim being
+    // smaller than any limit a relaxed claim sees.
     ctes.push(format!(
-        "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh,\n           \
-         ROW_NUMBER() OVER (PARTITION BY entrypoint, fresh ORDER BY priority DESC, id ASC) AS rank\n    \
+        "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh, lim,\n           \
+         ROW_NUMBER() OVER (ORDER BY priority DESC, id ASC) AS rank\n    \
          FROM (\n        SELECT * FROM (\n            \
-         SELECT tid, id, priority, entrypoint, TRUE AS fresh FROM next_queued\n            UNION ALL\n            \
-         SELECT tid, id, priority, entrypoint, FALSE AS fresh FROM next_stale\n        \
+         SELECT tid, id, priority, entrypoint, TRUE AS fresh, lim FROM next_queued\n            UNION ALL\n            \
+         SELECT tid, id, priority, entrypoint, FALSE AS fresh, NULL::bigint AS lim FROM next_stale\n        \
          ) u ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n    ) e\n)"
     ));
     ctes.push(format!(
         "claimed AS (\n    UPDATE {queue} job\n    \
          SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid,\n        \
-         slot = CASE WHEN e.fresh AND p.concurrency_limit > 0\n            \
-         THEN ((floor(p.concurrency_limit * $6::float8)::bigint + e.rank - 1) % p.concurrency_limit)::int\n            \
+         slot = CASE WHEN e.fresh AND e.lim > 0\n            \
+         THEN ((floor(e.lim * $6::float8)::bigint + e.rank - 1) % e.lim)::int\n            \
          ELSE job.slot END\n    \
          FROM eligible e\n    \
-         LEFT JOIN params p ON p.entrypoint = e.entrypoint\n    \
-         WHERE job.ctid = ANY(ARRAY(SELECT tid FROM eligible)) AND job.id = e.id\n    \
+         WHERE job.ctid = e.tid AND job.id = e.id\n    \
          RETURNING job.*\n)"
     ));
     ctes.push(log_pick_cte(&log));
@@ -512,10 +516,15 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
 /// in force): left by a larger limit, lowered since, or declared by another worker. Such a
 /// slot is outside the unique index's reach, so claims near the limit must count it
 /// (the careful search treats it as holding its slot modulo the limit).
+///
+/// Each limit's range of the slot index is probed on its own (a join once read every
+/// slot held, of every entrypoint).
 fn above_limit(queue: &str) -> String {
     format!(
-        "EXISTS (SELECT 1 FROM params p JOIN {queue} h ON h.entrypoint = p.entrypoint\n               \
-         WHERE p.concurrency_limit > 0 AND h.status = 'picked' AND h.slot >= p.concurrency_limit)"
+        "EXISTS (SELECT 1 FROM params p CROSS JOIN LATERAL (\n               \
+         SELECT 1 FROM {queue} h WHERE h.entrypoint = p.entrypoint AND h.status = 'picked'\n                 \
+         AND h.slot >= p.concurrency_limit LIMIT 1) x\n               \
+         WHERE p.concurrency_limit > 0)"
     )
 }
 
