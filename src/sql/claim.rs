@@ -263,10 +263,25 @@ pub(crate) fn queue_claim(
         ""
     };
     if capacity_gated {
+        // The slots each limited entrypoint's rows hold, modulo its limit (a slot at or
+        // above the limit, left by a larger one, holds its slot modulo the limit). Each
+        // entrypoint's range of the slot index is read on its own (`OFFSET 0` keeps the
+        // lateral from being flattened into a join), so a claim reads the slots of its own
+        // entrypoints only, however many other entrypoints hold.
+        ctes.push(format!(
+            "held_slots AS (\n    SELECT a.entrypoint, h.slot % a.concurrency_limit AS slot\n    \
+             FROM available a\n    \
+             CROSS JOIN LATERAL (\n        \
+             SELECT h.slot FROM {queue} h\n        \
+             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot IS NOT NULL{not_ended}\n        \
+             OFFSET 0\n    \
+             ) h\n    \
+             WHERE a.remaining IS NOT NULL AND a.concurrency_limit > 0\n)"
+        ));
         // `held + take` slots from the shift on (wrapping round below the limit) minus
-        // the slots visibly held: at least `take` are free, and the search never depends
-        // on the size of the limit itself. Claims that start their searches apart (a
-        // worker's two lanes) take different slots while the limit is far from full.
+        // the slots held: at least `take` are free, and the search never depends on the
+        // size of the limit itself. Claims that start their searches apart (a worker's
+        // two lanes) take different slots while the limit is far from full.
         ctes.push(format!(
             "free_slots AS (\n    SELECT a.entrypoint, s.slot,\n           \
              ROW_NUMBER() OVER (PARTITION BY a.entrypoint ORDER BY s.n) AS rank\n    \
@@ -276,11 +291,8 @@ pub(crate) fn queue_claim(
              FROM generate_series(0::bigint, (a.concurrency_limit - a.remaining) + LEAST($1::int, a.remaining) - 1) AS g(n)\n    \
              ) s\n    \
              WHERE a.remaining IS NOT NULL{slotted}\n      \
-             AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
-             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot = s.slot{not_ended}\n      )\n      \
-             AND NOT EXISTS (\n          SELECT 1 FROM {queue} h\n          \
-             WHERE h.entrypoint = a.entrypoint AND h.status = 'picked' AND h.slot >= a.concurrency_limit\n            \
-             AND h.slot % a.concurrency_limit = s.slot{not_ended}\n      )\n)"
+             AND NOT EXISTS (\n          \
+             SELECT 1 FROM held_slots hs WHERE hs.entrypoint = a.entrypoint AND hs.slot = s.slot\n      )\n)"
         ));
         // MATERIALIZED, so that it is computed once: inlined, it became the inner side of
         // a nested loop over the eligible rows (worker sessions plan with sorts off), and
