@@ -126,7 +126,6 @@ pub(crate) fn queue_claim(
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let budget_param = if capacity_gated { "$7" } else { "$5" };
-    let fresh = "status = 'queued' AND execute_after < NOW()";
     // Rows this statement ends are no longer held, for the slot and budget counts.
     let (mut ctes, not_ended) = ending_prelude(
         s,
@@ -168,7 +167,7 @@ pub(crate) fn queue_claim(
         ctes.push(format!(
             "unlimited_claims AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
              CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-             WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+             WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
              ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
              WHERE a.remaining IS NULL{budget_ok}\n)"
         ));
@@ -179,7 +178,7 @@ pub(crate) fn queue_claim(
             ctes.push(format!(
                 "limited_window AS (\n    SELECT w.tid, w.id, w.priority, w.entrypoint FROM available a\n    \
                  CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-                 WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+                 WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
                  ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n        \
                  FOR UPDATE SKIP LOCKED\n    ) w\n    \
                  WHERE a.remaining IS NOT NULL{budget_ok}\n)"
@@ -194,7 +193,7 @@ pub(crate) fn queue_claim(
             ctes.push(format!(
                 "limited_window AS (\n    SELECT w.id FROM available a\n    \
                  CROSS JOIN LATERAL (\n        SELECT id FROM {queue}\n        \
-                 WHERE entrypoint = a.entrypoint AND {fresh}\n        \
+                 WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
                  ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n    ) w\n    \
                  WHERE a.remaining IS NOT NULL{budget_ok}\n)"
             ));
@@ -206,7 +205,7 @@ pub(crate) fn queue_claim(
             ctes.push(format!(
                 "limited_attempts AS (\n    SELECT w.id AS window_id, t.tid, t.id, t.priority, t.entrypoint FROM limited_window w\n    \
                  LEFT JOIN LATERAL (\n        SELECT target.ctid AS tid, target.id, target.priority, target.entrypoint FROM {queue} target\n        \
-                 WHERE target.id = w.id AND (target.{fresh}) IS TRUE\n        \
+                 WHERE target.id = w.id AND (target.{FRESH}) IS TRUE\n        \
                  FOR UPDATE OF target SKIP LOCKED\n    ) t ON TRUE\n)"
             ));
         }
@@ -221,20 +220,10 @@ pub(crate) fn queue_claim(
                 .into(),
         );
     } else {
-        ctes.push(format!(
-            "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
-             CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-             WHERE entrypoint = a.entrypoint AND {fresh}\n        \
-             ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
-             WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
-        ));
+        ctes.push(next_queued_cte(&queue, "", "$1::int", &budget_ok));
     }
     ctes.push(next_stale_cte(&queue, &budget_ok));
-    let eligible_limit = if budget_gated {
-        "(SELECT headroom FROM worker_load)"
-    } else {
-        "$1::int"
-    };
+    let eligible_limit = eligible_limit(budget_gated);
     if rated {
         // A stale re-pick starts its job again: it spends a unit like a fresh claim, so
         // a rate-limited entrypoint takes no more rows of either kind than its room.
@@ -389,7 +378,6 @@ pub(crate) fn queue_claim(
 pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
-    let fresh = "status = 'queued' AND execute_after < NOW()";
     let budget_param = "$7";
     let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
     let budget_ok = budget_check(budget_gated, budget_param);
@@ -399,20 +387,14 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     }
     // Each fresh row carries its entrypoint's limit (`lim`) to the update, which finds
     // its row by address: no join back to the limits.
-    ctes.push(format!(
-        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint, a.concurrency_limit AS lim FROM available a\n    \
-         CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-         WHERE entrypoint = a.entrypoint AND {fresh}\n        \
-         ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.remaining, $1::int)) FOR UPDATE SKIP LOCKED\n    \
-         ) c\n    \
-         WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
+    ctes.push(next_queued_cte(
+        &queue,
+        ", a.concurrency_limit AS lim",
+        "LEAST($1::int, COALESCE(a.remaining, $1::int))",
+        &budget_ok,
     ));
     ctes.push(next_stale_cte(&queue, &budget_ok));
-    let eligible_limit = if budget_gated {
-        "(SELECT headroom FROM worker_load)"
-    } else {
-        "$1::int"
-    };
+    let eligible_limit = eligible_limit(budget_gated);
     // One rank over the whole claim, in its own order (no sort of its own): the ranks an
     // entrypoint's fresh rows get are distinct, so are their slots, the claim being
     // smaller than any limit a relaxed claim sees.
@@ -461,7 +443,6 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
 pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
-    let fresh = "status = 'queued' AND execute_after < NOW()";
     let budget_param = "$7";
     let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
     let budget_ok = budget_check(budget_gated, budget_param);
@@ -476,20 +457,14 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
          WHERE r.room IS NULL OR r.room > 0\n)"
             .into(),
     );
-    ctes.push(format!(
-        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
-         CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-         WHERE entrypoint = a.entrypoint AND {fresh}\n        \
-         ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.room, $1::int)) FOR UPDATE SKIP LOCKED\n    \
-         ) c\n    \
-         WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
+    ctes.push(next_queued_cte(
+        &queue,
+        "",
+        "LEAST($1::int, COALESCE(a.room, $1::int))",
+        &budget_ok,
     ));
     ctes.push(next_stale_cte(&queue, &budget_ok));
-    let eligible_limit = if budget_gated {
-        "(SELECT headroom FROM worker_load)"
-    } else {
-        "$1::int"
-    };
+    let eligible_limit = eligible_limit(budget_gated);
     // A stale re-pick starts its job again: it spends a unit like a fresh claim.
     ctes.push(format!(
         "eligible AS (\n    SELECT tid, id, priority, entrypoint FROM (\n        \
@@ -522,6 +497,32 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
         ctes.join(",\n"),
         JOB_COLUMNS
     )
+}
+
+/// A due queued row.
+const FRESH: &str = "status = 'queued' AND execute_after < NOW()";
+
+/// The `next_queued` CTE of the shapes that lock candidates as they read them, skipping
+/// rows another claim holds: for each entrypoint of `available a`, up to `take` (an
+/// expression over `a`) due rows, with `carried` (columns of `a`, each after a comma)
+/// beside them; `$1` at most in all, in claim order.
+fn next_queued_cte(queue: &str, carried: &str, take: &str, budget_ok: &str) -> String {
+    format!(
+        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint{carried} FROM available a\n    \
+         CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
+         WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
+         ORDER BY priority DESC, id ASC LIMIT {take} FOR UPDATE SKIP LOCKED\n    ) c\n    \
+         WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
+    )
+}
+
+/// The most rows a claim takes: the batch, or what the budget leaves when it is gated.
+fn eligible_limit(budget_gated: bool) -> &'static str {
+    if budget_gated {
+        "(SELECT headroom FROM worker_load)"
+    } else {
+        "$1::int"
+    }
 }
 
 /// Whether some job holds a slot at or above its entrypoint's limit (`params`, the limits
