@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pgqueuer::{Entrypoint, NewJob, Queue, RunningWorker, Worker};
+use pgqueuer::{Entrypoint, JobId, NewJob, Queue, RunningWorker, Worker};
 
 use crate::harness::{TestDb, eventually, scalar};
 use crate::worker::Overlap;
@@ -49,6 +49,14 @@ fn flowing(
         .unwrap()
         .start()
         .unwrap()
+}
+
+/// Enqueues `n` short jobs of `flow` (a lull's, 0 to 3 ms each); returns their ids.
+fn lulls(queue: &Queue, n: usize) -> Vec<JobId> {
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|_| NewJob::new("flow", b"lull".to_vec()))
+        .collect();
+    queue.enqueue_many(&jobs).unwrap()
 }
 
 /// Two workers of 8 threads, each with two claim lanes, at a limit of 12, with jobs
@@ -156,10 +164,7 @@ fn relaxed_claims_that_meet_held_slots_claim_again_elsewhere() {
     }
     let sweep = Overlap::default();
     let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
-    let jobs: Vec<NewJob> = (0..300)
-        .map(|_| NewJob::new("flow", b"lull".to_vec()))
-        .collect();
-    let ids = queue.enqueue_many(&jobs).unwrap();
+    let ids = lulls(&queue, 300);
     // Two threads, batches of two: a margin of 8, so the 20 free slots count as far from
     // full and the worker claims relaxed.
     let worker = flowing(&db, LIMIT, 2, 2, &sweep, &seen);
@@ -221,10 +226,7 @@ fn a_slot_held_above_the_limit_keeps_claims_careful() {
         .unwrap();
     let sweep = Overlap::default();
     let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
-    let first: Vec<NewJob> = (0..100)
-        .map(|_| NewJob::new("flow", b"lull".to_vec()))
-        .collect();
-    let ids = queue.enqueue_many(&first).unwrap();
+    let ids = lulls(&queue, 100);
     let worker = flowing(&db, LIMIT, 2, 2, &sweep, &seen);
     queue.wait_for(&ids, Duration::from_secs(60)).unwrap();
     let careful = worker.stats();
@@ -239,10 +241,7 @@ fn a_slot_held_above_the_limit_keeps_claims_careful() {
         traceback: None,
     };
     assert_eq!(holder.complete(&mut conn, &[outcome]).unwrap().len(), 1);
-    let second: Vec<NewJob> = (0..100)
-        .map(|_| NewJob::new("flow", b"lull".to_vec()))
-        .collect();
-    let ids = queue.enqueue_many(&second).unwrap();
+    let ids = lulls(&queue, 100);
     queue.wait_for(&ids, Duration::from_secs(60)).unwrap();
     let after = worker.stats();
     worker.join().unwrap();
