@@ -252,3 +252,52 @@ fn a_slot_held_above_the_limit_keeps_claims_careful() {
     );
     assert_eq!(seen.lock().unwrap().len(), 200, "every job ran once");
 }
+
+/// A slot written by another program below zero (no index or check stops it) is outside
+/// every slot a claim takes, but its job still holds one of the limit's places: with a
+/// limit of 4 and such a job held, a worker of 4 threads never runs more than 3 at once,
+/// and the row keeps its odd slot.
+#[test]
+fn a_negative_slot_still_counts_toward_the_limit() {
+    const LIMIT: u32 = 4;
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let id = queue
+        .enqueue(NewJob::new("flow", b"held".to_vec()))
+        .unwrap();
+    let holder = pgqueuer::Claimer::builder()
+        .entrypoint("flow", LIMIT)
+        .build()
+        .unwrap();
+    let pool = db.pool(1);
+    let mut conn = pool.get().unwrap();
+    assert_eq!(holder.claim(&mut conn, 1).unwrap().jobs.len(), 1);
+    let mut client = db.client();
+    client
+        .execute("UPDATE pgqueuer SET slot = -3 WHERE id = $1", &[&id])
+        .unwrap();
+    let sweep = Overlap::default();
+    let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    // Jobs of a burst (25 ms and more), so that 4 threads press on the limit.
+    let jobs: Vec<NewJob> = (0..40)
+        .map(|i| NewJob::new("flow", format!("{i}")))
+        .collect();
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    let worker = flowing(&db, LIMIT, 4, 1, &sweep, &seen);
+    queue.wait_for(&ids, Duration::from_secs(60)).unwrap();
+    worker.join().unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 40, "every job ran once");
+    assert!(
+        sweep.peak() <= 3,
+        "{} ran at once beside the job holding slot -3",
+        sweep.peak()
+    );
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            &format!("SELECT slot::bigint FROM pgqueuer WHERE id = {id} AND status = 'picked'")
+        ),
+        -3,
+        "the held job keeps its slot"
+    );
+}
