@@ -45,15 +45,18 @@ pub struct Claim {
     pub lost: Option<LostRace>,
     /// For a claimer with limits: the slots in use fleet-wide as the claim saw them
     /// (before it took any), per entrypoint in the claimer's order (0 for an unlimited
-    /// one); empty otherwise and after a lost race.
-    pub(crate) in_use: Vec<i64>,
+    /// one); `None` otherwise, after a lost race, and from a relaxed claim that was told
+    /// not to count them.
+    pub(crate) in_use: Option<Vec<i64>>,
     /// For a claimer with rate limits: how long until a rate-limited entrypoint whose
     /// units bounded this claim, and that has due jobs the claim left, may start one.
     /// `None` when no such entrypoint waits.
     pub rate_wait: Option<Duration>,
-    /// For a claimer with limits: some job held a slot at or above its entrypoint's limit
-    /// (a limit lowered since it was taken, or a larger one declared elsewhere).
-    pub(crate) above: bool,
+    /// For a claimer with limits: some job of a limited entrypoint is held out of the
+    /// slot index's reach: at a slot at or above its entrypoint's limit (a limit lowered
+    /// since it was taken, or a larger one declared elsewhere), or with no slot (picked
+    /// before slots existed, or by a worker without the limit).
+    pub(crate) unguarded: bool,
     /// For a claimer with rate limits: every window of every rate-limited entrypoint was
     /// far from binding at the claim (at most half its units spent within the window, and
     /// at least four times the worker's margin of units), so no rate binds for now.
@@ -427,7 +430,7 @@ impl Claimer {
     /// [`Error::InvalidInput`] for a zero `batch_size`; [`Error::Db`] for any database
     /// error other than a lost slot race or deadlock (which give an empty [`Claim`]).
     pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
-        self.claim_from(conn, &[], batch_size, 0.0, false)
+        self.claim_from(conn, &[], batch_size, 0.0, false, true)
     }
 
     /// Ends claimed jobs and claims up to `batch_size` more, in one statement and one
@@ -447,7 +450,7 @@ impl Claimer {
         outcomes: &[Outcome],
         batch_size: usize,
     ) -> Result<Claim> {
-        self.claim_from(conn, outcomes, batch_size, 0.0, false)
+        self.claim_from(conn, outcomes, batch_size, 0.0, false, true)
     }
 
     /// [`Claimer::complete_and_claim`] (or, without outcomes, [`Claimer::claim`]) whose
@@ -455,7 +458,9 @@ impl Claimer {
     /// rather than at slot 0, so that claims in flight at once from different shifts take
     /// different slots while the limits are far from full; `relaxed` (the caller found
     /// every limit far from full) locks limited candidates as unlimited ones are locked,
-    /// so that those claims take different jobs too.
+    /// so that those claims take different jobs too. A relaxed claim without rate limits
+    /// counts the slots in use only when `count` says so ([`sql::claim::relaxed_claim`]);
+    /// every other claim counts them.
     pub(crate) fn claim_from(
         &self,
         conn: &mut Conn,
@@ -463,21 +468,29 @@ impl Claimer {
         batch_size: usize,
         shift: f64,
         relaxed: bool,
+        count: bool,
     ) -> Result<Claim> {
         let shift = if (0.0..1.0).contains(&shift) {
             shift
         } else {
             0.0
         };
+        let count = self.counts_on_request(relaxed).then_some(&count);
         if outcomes.is_empty() {
-            return self.run_claim(batch_size, None, shift, |params| {
+            return self.run_claim(batch_size, None, shift, count, |params| {
                 conn.query_cached(self.statement(false, relaxed), params)
             });
         }
         let ending = Ending::new(outcomes)?;
-        self.run_claim(batch_size, Some(&ending), shift, |params| {
+        self.run_claim(batch_size, Some(&ending), shift, count, |params| {
             conn.query_cached(self.statement(true, relaxed), params)
         })
+    }
+
+    /// Whether the claim [`Claimer::statement`] gives for `relaxed` binds whether to count
+    /// the slots in use (the relaxed shape without rate limits).
+    fn counts_on_request(&self, relaxed: bool) -> bool {
+        relaxed && self.capacity_gated && self.rates.is_none()
     }
 
     /// Claims up to `batch_size` jobs through any client, e.g. inside the caller's
@@ -487,20 +500,22 @@ impl Claimer {
     /// # Errors
     /// As [`Claimer::claim`].
     pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
-        self.run_claim(batch_size, None, 0.0, |params| {
+        self.run_claim(batch_size, None, 0.0, None, |params| {
             let values: Vec<&(dyn postgres::types::ToSql + Sync)> =
                 params.iter().map(|(v, _)| *v).collect();
             Ok(client.query(self.claim_sql(), &values)?)
         })
     }
 
-    /// Runs the claim statement through `query` with the parameters its shape binds and
-    /// reads the claim, a lost race included.
+    /// Runs the claim statement through `query` with the parameters its shape binds
+    /// (`count` last, where the shape binds it) and reads the claim, a lost race
+    /// included.
     fn run_claim(
         &self,
         batch_size: usize,
         ending: Option<&Ending>,
         shift: f64,
+        count: Option<&bool>,
         query: impl FnOnce(&[Param<'_>]) -> Result<Vec<postgres::Row>>,
     ) -> Result<Claim> {
         let batch = i32::try_from(batch_size)
@@ -548,6 +563,9 @@ impl Claimer {
                 (&self.plenty_at, Type::INT8),
             ]);
         }
+        if let Some(count) = count {
+            params.push((count, Type::BOOL));
+        }
         match query(&params) {
             Ok(rows) => {
                 let mut claim = Claim::default();
@@ -559,7 +577,9 @@ impl Claimer {
                         }
                         if i == 0 {
                             claim.in_use = row.try_get("in_use")?;
-                            claim.above = row.try_get::<_, Option<bool>>("above")?.unwrap_or(false);
+                            claim.unguarded = row
+                                .try_get::<_, Option<bool>>("unguarded")?
+                                .unwrap_or(false);
                             if self.rates.is_some() {
                                 let wait: Option<i64> = row.try_get("rate_wait_us")?;
                                 claim.rate_wait = wait.map(|us| {
@@ -858,9 +878,11 @@ impl Claimer {
 
     /// True when no limit of this claimer binds for a while, as `claim` (one of its own)
     /// saw them: every limited entrypoint has `margin` slots to spare beyond those in use,
-    /// no slot is held above its limit ([`Claim::above`]), and every rate-limit window is
-    /// far from binding ([`Claim::rate_plenty`]). True without limits; false for a claim
-    /// of another claimer.
+    /// no job is held out of the slot index's reach ([`Claim::unguarded`]), and every
+    /// rate-limit window is far from binding ([`Claim::rate_plenty`]). True without
+    /// limits; false for a claim of another claimer. A relaxed claim that did not count
+    /// the slots in use says nothing new about them: it keeps the claims relaxed unless
+    /// it saw a job out of the index's reach.
     ///
     /// A job of a rate-limited entrypoint claimed ahead of a free thread may start later
     /// than the moment its unit records; the worker then spends fresh units for it
@@ -875,12 +897,14 @@ impl Claimer {
         if self.limits.iter().all(|l| *l <= 0) {
             return true;
         }
-        // A slot held above a limit is outside the slot index's reach: only careful
-        // claims, which count it, keep that limit exact.
-        if claim.above {
+        // A job held above a limit, or without a slot, is outside the slot index's reach:
+        // only careful claims, which count it, keep that limit exact.
+        if claim.unguarded {
             return false;
         }
-        let in_use = &claim.in_use;
+        let Some(in_use) = &claim.in_use else {
+            return true;
+        };
         in_use.len() == self.limits.len()
             && self
                 .limits

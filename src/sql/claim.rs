@@ -15,7 +15,9 @@
 //! the budget (int8) as the next parameter when budget-gated.
 //!
 //! Capacity-gated shapes return the slots in use fleet-wide before the claim (`in_use`,
-//! int8[] aligned with `$2`, 0 for an unlimited entrypoint) on every row.
+//! int8[] aligned with `$2`, 0 for an unlimited entrypoint; NULL from a relaxed claim
+//! told not to count) and whether a held job of a limited entrypoint is out of the slot
+//! index's reach (`unguarded`, see [`unguarded`]) on every row.
 
 use super::JOB_COLUMNS;
 use crate::settings::Settings;
@@ -138,7 +140,7 @@ pub(crate) fn queue_claim(
         ctes.extend(super::rates::rate_room_ctes(s, first));
     }
     if capacity_gated {
-        let [params, picked, available] = capacity_ctes(&queue, not_ended);
+        let [params, picked, available] = capacity_ctes(&queue, not_ended, "");
         ctes.push(params);
         ctes.push(picked);
         if rated {
@@ -330,11 +332,11 @@ pub(crate) fn queue_claim(
         } else {
             ""
         };
-        let above = above_limit(&queue);
+        let unguarded = unguarded(&queue);
         ctes.push(format!(
             "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended,\n           \
              (SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord)) AS in_use,\n           \
-             {above} AS above{rate_wait}\n    \
+             {unguarded} AS unguarded{rate_wait}\n    \
              FROM limited_attempts\n)",
         ));
         let from = if ending {
@@ -343,7 +345,7 @@ pub(crate) fn queue_claim(
             " FROM contention"
         };
         format!(
-            "WITH\n{}\nSELECT {}, contention.contended, contention.in_use, contention.above{}{ended}{from} LEFT JOIN claimed ON TRUE \
+            "WITH\n{}\nSELECT {}, contention.contended, contention.in_use, contention.unguarded{}{ended}{from} LEFT JOIN claimed ON TRUE \
              ORDER BY priority DESC, id ASC",
             ctes.join(",\n"),
             JOB_COLUMNS,
@@ -374,14 +376,24 @@ pub(crate) fn queue_claim(
 /// (wrapping round below the limit), with no search for free slots: while the limit is
 /// far from full the slots ahead of a lane are almost always free, and the unique slot
 /// index rejects the claim (23505, a lost race, claimed again at once from elsewhere)
-/// when one is not. It binds and returns what the gated shapes do; `contended` is 0.
+/// when one is not. It binds and returns what the gated shapes do, with one more
+/// parameter last (after the ending shapes' outcomes): whether to count the slots in use
+/// (boolean). Counting reads every job the entrypoints hold, a third of what the claim
+/// costs beyond an unlimited one with a few hundred held; the slot index, not the count,
+/// keeps a relaxed claim within the limit, so the worker counts only now and then (see
+/// `worker::dispatcher`), and a claim that does not count takes its slots as though the
+/// limit were empty and returns `in_use` NULL. `contended` is 0.
 pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let budget_param = "$7";
     let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
     let budget_ok = budget_check(budget_gated, budget_param);
-    ctes.extend(capacity_ctes(&queue, not_ended));
+    let count = format!(
+        "${}::boolean",
+        7 + usize::from(budget_gated) + 3 * usize::from(ending)
+    );
+    ctes.extend(capacity_ctes(&queue, not_ended, &format!(" AND {count}")));
     if budget_gated {
         ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
@@ -424,13 +436,13 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     };
     format!(
         "WITH\n{}\nSELECT {}, 0::bigint AS contended,\n       \
-         inuse.in_use, inuse.above{ended} (\n    \
-         SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) AS in_use,\n           \
-         {above} AS above\n\
+         inuse.in_use, inuse.unguarded{ended} (\n    \
+         SELECT CASE WHEN {count} THEN ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) END AS in_use,\n           \
+         {unguarded} AS unguarded\n\
          ) inuse LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
         ctes.join(",\n"),
         JOB_COLUMNS,
-        above = above_limit(&queue),
+        unguarded = unguarded(&queue),
     )
 }
 
@@ -490,7 +502,7 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
     format!(
         "WITH\n{}\nSELECT {}, 0::bigint AS contended,\n       \
          ARRAY(SELECT 0::bigint FROM UNNEST($5::bigint[]) WHERE $6::float8 IS NOT NULL) AS in_use,\n       \
-         FALSE AS above,\n       \
+         FALSE AS unguarded,\n       \
          (SELECT wait_us::bigint FROM rate_wait) AS rate_wait_us,\n       \
          (SELECT plenty FROM rate_plenty) AS rate_plenty{ended}\n\
          FROM (SELECT 1) one LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
@@ -525,19 +537,32 @@ fn eligible_limit(budget_gated: bool) -> &'static str {
     }
 }
 
-/// Whether some job holds a slot at or above its entrypoint's limit (`params`, the limits
-/// in force): left by a larger limit, lowered since, or declared by another worker. Such a
-/// slot is outside the unique index's reach, so claims near the limit must count it
-/// (the careful search treats it as holding its slot modulo the limit).
+/// Whether some job of a limited entrypoint (`params`, the limits in force) is held where
+/// the unique slot index cannot see it: at a slot at or above the limit (left by a larger
+/// limit, lowered since, or declared by another worker), below zero (written by another
+/// program), or with no slot at all (picked before the slot column existed, or by a
+/// worker without the limit), as far as `picked` counted them. Only a claim that counts
+/// such jobs keeps the limit exact (the careful search treats a slot above the limit as
+/// holding its slot modulo the limit).
 ///
-/// Each limit's range of the slot index is probed on its own (a join once read every
-/// slot held, of every entrypoint).
-fn above_limit(queue: &str) -> String {
+/// The lowest and highest slot of each limit are read from the ends of its range of the
+/// slot index (`min` and `max` are each planned as one probe, whatever the parameters; a
+/// `LIMIT 1` over `slot >= limit` was planned, generically, as a walk of every picked
+/// row).
+fn unguarded(queue: &str) -> String {
+    let held = |end: &str| {
+        format!(
+            "(SELECT {end}(h.slot) FROM {queue} h WHERE h.entrypoint = p.entrypoint\n                     \
+             AND h.status = 'picked' AND h.slot IS NOT NULL)"
+        )
+    };
     format!(
-        "EXISTS (SELECT 1 FROM params p CROSS JOIN LATERAL (\n               \
-         SELECT 1 FROM {queue} h WHERE h.entrypoint = p.entrypoint AND h.status = 'picked'\n                 \
-         AND h.slot >= p.concurrency_limit LIMIT 1) x\n               \
-         WHERE p.concurrency_limit > 0)"
+        "EXISTS (SELECT 1 FROM params p WHERE p.concurrency_limit > 0\n               \
+         AND ({max} >= p.concurrency_limit\n                 \
+         OR {min} < 0\n                 \
+         OR EXISTS (SELECT 1 FROM picked k WHERE k.entrypoint = p.entrypoint AND k.unslotted > 0)))",
+        max = held("max"),
+        min = held("min"),
     )
 }
 
@@ -601,14 +626,18 @@ fn log_pick_cte(log: &str) -> String {
 }
 
 /// The limits bound by `$2` and `$5`, the slots in use fleet-wide (`picked`: every row
-/// with an owner, less those this claim ends), and the entrypoints with room
-/// (`available`, `remaining` NULL for an unlimited one).
-fn capacity_ctes(queue: &str, not_ended: &str) -> [String; 3] {
+/// with an owner, less those this claim ends, and how many of them hold no slot), and
+/// the entrypoints with room (`available`, `remaining` NULL for an unlimited one).
+/// `counted` is empty, or a further condition under which `picked` is read at all (a
+/// boolean parameter): when it is false, `picked` is empty and every limit has all its
+/// slots as `remaining`.
+fn capacity_ctes(queue: &str, not_ended: &str, counted: &str) -> [String; 3] {
     [
         "params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into(),
         format!(
-            "picked AS (\n    SELECT entrypoint, COUNT(*) AS total FROM {queue}\n    \
-             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
+            "picked AS (\n    SELECT entrypoint, COUNT(*) AS total,\n           \
+             COUNT(*) FILTER (WHERE slot IS NULL) AS unslotted FROM {queue}\n    \
+             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}{counted}\n    GROUP BY entrypoint\n)"
         ),
         "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
          CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
@@ -839,6 +868,30 @@ mod tests {
         assert!(
             queue_claim(&s, Gating::None, true, false, false).contains("$5::bigint - COUNT(*)")
         );
+    }
+
+    #[test]
+    fn the_relaxed_shape_binds_whether_to_count_last() {
+        let s = Settings::default();
+        for (budget, ending, count) in [
+            (false, false, 7),
+            (true, false, 8),
+            (false, true, 10),
+            (true, true, 11),
+        ] {
+            let sql = relaxed_claim(&s, budget, ending);
+            let param = format!("${count}::boolean");
+            assert!(
+                sql.contains(&format!(" AND {param}\n    GROUP BY entrypoint")),
+                "{budget} {ending}: picked is not gated by {param}:\n{sql}"
+            );
+            assert!(
+                sql.contains(&format!("CASE WHEN {param} THEN ARRAY(")),
+                "{budget} {ending}: in_use is not gated"
+            );
+            let next = format!("${}", count + 1);
+            assert!(!sql.contains(&next), "{budget} {ending}: binds {next}");
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! worker claims for free threads only, on one lane, and a slot is never held by a job
 //! waiting for a thread.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ use super::limits::LimitWatch;
 use super::loop_conn::LoopConn;
 use super::rate_gate::RateGate;
 use super::stats::{Lost, Stats};
-use crate::claim::{Claim, LostRace, NextWake};
+use crate::claim::{Claim, Claimer, LostRace, NextWake};
 use crate::job::Job;
 use crate::lock::lock;
 use crate::shutdown::ShutdownHandle;
@@ -62,6 +63,12 @@ const RATE_MIN_WAIT: Duration = Duration::from_millis(1);
 /// the completer's debt.
 const BACKLOG_LIMIT: usize = 500;
 
+/// How long relaxed claims go by the slots in use that an earlier claim counted before
+/// one of them counts again. Counting reads every job the limited entrypoints hold; the
+/// slot index, not the count, keeps a relaxed claim within its limit, and the count only
+/// tells when to turn careful, which a lost slot race also tells.
+const COUNT_EVERY: Duration = Duration::from_millis(10);
+
 /// The dispatcher's state, shared by its lanes.
 pub(crate) struct Dispatcher<'a> {
     pub(crate) config: &'a WorkerConfig,
@@ -79,6 +86,9 @@ pub(crate) struct Dispatcher<'a> {
     /// Every limit was far from binding at the last claim (always true without limits):
     /// claims may go ahead of free threads and on the second lane.
     pub(crate) relaxed: AtomicBool,
+    /// The claimer whose claim last counted the slots in use, and when that claim was
+    /// sent: a relaxed claim of the same claimer within [`COUNT_EVERY`] does not count.
+    pub(crate) counted: std::sync::Mutex<Option<(Arc<Claimer>, Instant)>>,
     /// Where the primary lane's search for free slots starts (a fraction of each limit);
     /// the second lane's starts half a limit away.
     pub(crate) slot_shift: f64,
@@ -622,21 +632,33 @@ impl<'a> Dispatcher<'a> {
             }
             _ => None,
         };
-        let mut claimed = match (&claimer, &leased) {
-            (Some(_), Some(leased)) => {
-                conn.run(|c| leased.plain.claim_from(c, &outcomes, take, *shift, relaxed))
-            }
-            (Some(claimer), None) => {
-                conn.run(|c| claimer.claim_from(c, &outcomes, take, *shift, relaxed))
-            }
+        let used = match (&claimer, &leased) {
+            (Some(_), Some(leased)) => Some(&leased.plain),
+            (claimer, _) => claimer.as_ref(),
+        };
+        let count = !relaxed
+            || !lock(&self.counted).as_ref().is_some_and(|(counted, at)| {
+                used.is_some_and(|used| Arc::ptr_eq(counted, used)) && at.elapsed() < COUNT_EVERY
+            });
+        let mut claimed = match used {
+            Some(used) => conn.run(|c| used.claim_from(c, &outcomes, take, *shift, relaxed, count)),
             // Every entrypoint is paused: write the outcomes alone, claim nothing.
-            (None, _) => conn
+            None => conn
                 .run(|c| config.claimer.complete(c, &outcomes))
                 .map(|ended| Claim {
                     ended,
                     ..Claim::default()
                 }),
         };
+        if let (
+            Ok(Claim {
+                in_use: Some(_), ..
+            }),
+            Some(used),
+        ) = (&claimed, used)
+        {
+            *lock(&self.counted) = Some((Arc::clone(used), started));
+        }
         let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
         self.ledger.after_claim(outcomes, written);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());

@@ -200,13 +200,12 @@ fn relaxed_claims_that_meet_held_slots_claim_again_elsewhere() {
     );
 }
 
-/// A slot held at or above the limit (left by a larger limit lowered since, or taken by a
-/// worker that declares a larger one) is outside the slot index's reach, so a worker
-/// claims carefully, counting it, while one is held: here no relaxed claim runs while a
-/// job holds slot 70 of a limit of 60, though the limit is otherwise far from full; once
-/// that job has ended, the worker claims relaxed again.
-#[test]
-fn a_slot_held_above_the_limit_keeps_claims_careful() {
+/// A job held where the slot index cannot see it is outside its reach, so a worker claims
+/// carefully, counting it, while one is held (relaxed claims count the slots in use only
+/// now and then): here no relaxed claim runs while a job holds `slot` under a limit of 60,
+/// though the limit is otherwise far from full; once that job has ended, the worker
+/// claims relaxed again.
+fn a_held_job_out_of_the_index_keeps_claims_careful(slot: Option<i64>) {
     const LIMIT: u32 = 60;
     let db = TestDb::new();
     let queue = Queue::new(db.pool(2));
@@ -222,7 +221,7 @@ fn a_slot_held_above_the_limit_keeps_claims_careful() {
     assert_eq!(holder.claim(&mut conn, 1).unwrap().jobs.len(), 1);
     let mut client = db.client();
     client
-        .execute("UPDATE pgqueuer SET slot = 70 WHERE id = $1", &[&id])
+        .execute("UPDATE pgqueuer SET slot = $2 WHERE id = $1", &[&id, &slot])
         .unwrap();
     let sweep = Overlap::default();
     let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
@@ -232,7 +231,7 @@ fn a_slot_held_above_the_limit_keeps_claims_careful() {
     let careful = worker.stats();
     assert_eq!(
         careful.relaxed_claims, 0,
-        "a relaxed claim ran beside slot 70 ({} claims)",
+        "a relaxed claim ran beside a job at slot {slot:?} ({} claims)",
         careful.claims
     );
     let outcome = pgqueuer::Outcome {
@@ -247,10 +246,30 @@ fn a_slot_held_above_the_limit_keeps_claims_careful() {
     worker.join().unwrap();
     assert!(
         after.relaxed_claims > 0,
-        "no relaxed claim once slot 70 was free ({} claims)",
+        "no relaxed claim once slot {slot:?} was free ({} claims)",
         after.claims - careful.claims
     );
     assert_eq!(seen.lock().unwrap().len(), 200, "every job ran once");
+}
+
+/// A slot held at or above the limit: left by a larger limit lowered since, or taken by a
+/// worker that declares a larger one.
+#[test]
+fn a_slot_held_above_the_limit_keeps_claims_careful() {
+    a_held_job_out_of_the_index_keeps_claims_careful(Some(70));
+}
+
+/// A slot below zero, written by another program (no index or check stops it).
+#[test]
+fn a_slot_held_below_zero_keeps_claims_careful() {
+    a_held_job_out_of_the_index_keeps_claims_careful(Some(-3));
+}
+
+/// A job held with no slot: picked before the slot column existed, or by a worker that
+/// declares no limit for the entrypoint.
+#[test]
+fn a_job_held_without_a_slot_keeps_claims_careful() {
+    a_held_job_out_of_the_index_keeps_claims_careful(None);
 }
 
 /// A slot written by another program below zero (no index or check stops it) is outside
