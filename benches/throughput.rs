@@ -55,9 +55,11 @@
 //! - pgbouncer: PgQueuer's flow shape direct, direct with every statement unnamed (as
 //!   through a transaction pooler: the cost of planning each execution), and through a real
 //!   PgBouncer in transaction mode (8 server connections; the worker listens directly), and
-//!   the pooled / direct ratio. Needs
+//!   the pooled / direct ratio: Debian's 1.18 with statements unnamed (`Pooler::Transaction`),
+//!   and 1.24 keeping prepared statements (`Pooler::TransactionPrepared`). Needs
 //!   `pgbouncer` (installed with apt-get when missing and run as root;
-//!   `PGQUEUER_PGBOUNCER` names another).
+//!   `PGQUEUER_PGBOUNCER` names another) and builds 1.24.1 from source on first use
+//!   (`PGQUEUER_PGBOUNCER_PREPARED` names another).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -1012,6 +1014,21 @@ fn main() {
         let (direct_rate, _, _) = flow(&db, 16, 10, 1, 10, 0, window);
         let (unnamed_rate, _, _) = flow_on(&unnamed, &db, 16, 10, 1, 10, 0, window);
         let (bouncer_rate, backlog, _) = flow_on(&through, &db, 16, 10, 1, 10, 0, window);
+        drop(through);
+        drop(bouncer);
+        let bouncer = pgbouncer::PgBouncer::start_release(
+            pgbouncer::Release::Prepared,
+            pgbouncer::Mode::Transaction,
+            (&host, port),
+            8,
+        );
+        let prepared_options = pgqueuer::ConnectOptions {
+            pooler: Pooler::TransactionPrepared,
+            ..options.clone()
+        };
+        let through = pgqueuer::connect_with(&bouncer.dsn(&db.name), &prepared_options).unwrap();
+        let (prepared_rate, prepared_backlog, _) =
+            flow_on(&through, &db, 16, 10, 1, 10, 0, window);
         record(
             "pgbouncer: direct (pgqueuer flow)".into(),
             direct_rate,
@@ -1035,6 +1052,18 @@ fn main() {
             bouncer_rate / direct_rate,
             "ratio",
             "same run".into(),
+        );
+        record(
+            "pgbouncer 1.24: transaction, prepared statements kept".into(),
+            prepared_rate,
+            "jobs/s",
+            format!("backlog after: {prepared_backlog}"),
+        );
+        record(
+            "pgbouncer 1.24: transaction, prepared / direct".into(),
+            prepared_rate / direct_rate,
+            "ratio",
+            "same run; target >= 0.8".into(),
         );
         drop(through);
         drop(unnamed);

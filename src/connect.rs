@@ -63,10 +63,19 @@ pub enum Pooler {
     /// work through such a pooler: the worker listens on `listen_dsn` when one is given
     /// and otherwise polls, saying so at start.
     Transaction,
+    /// A pooler in transaction mode that keeps protocol-level prepared statements for its
+    /// clients: PgBouncer 1.21 or later with `max_prepared_statements` above 0. As
+    /// [`Pooler::Transaction`] in all else, but the calls of the statement functions are
+    /// prepared once per connection, as on a direct connection, so that no per-job
+    /// statement is parsed or planned again (statements without a function still run
+    /// unnamed). Through a pooler that does not keep them, the first statement run on
+    /// another server connection fails (SQLSTATE 26000), with advice.
+    TransactionPrepared,
 }
 
 impl Pooler {
-    /// Reads `direct`, `session` (the same as direct) or `transaction`.
+    /// Reads `direct`, `session` (the same as direct), `transaction` or
+    /// `transaction-prepared`.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] naming `PGQUEUER_POOLER` for anything else.
@@ -74,12 +83,22 @@ impl Pooler {
         match text.trim().to_ascii_lowercase().as_str() {
             "" | "direct" | "none" | "session" => Ok(Pooler::Direct),
             "transaction" => Ok(Pooler::Transaction),
+            "transaction-prepared" | "transaction_prepared" => Ok(Pooler::TransactionPrepared),
             _ => Err(Error::InvalidSetting {
                 setting: "PGQUEUER_POOLER",
                 value: text.to_owned(),
-                reason: "expected direct, session or transaction (PgBouncer's pool_mode)".into(),
+                reason: "expected direct, session, transaction (PgBouncer's pool_mode) or \
+                         transaction-prepared (transaction mode with PgBouncer's \
+                         max_prepared_statements)"
+                    .into(),
             }),
         }
+    }
+
+    /// Whether consecutive transactions may run on different server connections, so that
+    /// no session state (settings, LISTEN) can be kept.
+    pub fn is_transaction_mode(self) -> bool {
+        self != Pooler::Direct
     }
 }
 
@@ -128,7 +147,7 @@ impl Statements {
                 let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
                 Ok(client.query(&statement, &values)?)
             }
-            Pooler::Transaction => {
+            Pooler::Transaction | Pooler::TransactionPrepared => {
                 // One lookup of the (long) statement text per run; the catalog is read
                 // once per connection and statement.
                 let call = match self.functions.get(sql) {
@@ -139,6 +158,9 @@ impl Statements {
                         call
                     }
                 };
+                if let (Pooler::TransactionPrepared, Some(call)) = (self.pooler, &call) {
+                    return self.query_prepared(client, sql, call, params);
+                }
                 match client.query_typed(call.as_deref().unwrap_or(sql), params) {
                     Ok(rows) => Ok(rows),
                     Err(e) => {
@@ -151,6 +173,35 @@ impl Statements {
                 }
             }
         }
+    }
+
+    /// Runs `call` (the call of `sql`'s statement function) prepared once per connection,
+    /// through a pooler that keeps prepared statements ([`Pooler::TransactionPrepared`]).
+    fn query_prepared<C: GenericClient>(
+        &mut self,
+        client: &mut C,
+        sql: &str,
+        call: &str,
+        params: &[Param<'_>],
+    ) -> Result<Vec<Row>> {
+        let statement = match self.prepared.get(sql) {
+            Some(statement) => statement.clone(),
+            None => {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let statement = client.prepare_typed(call, &types)?;
+                self.prepared.insert(sql.to_owned(), statement.clone());
+                statement
+            }
+        };
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+        client.query(&statement, &values).map_err(|e| {
+            // Dropped since it was found (an uninstall): look again next time.
+            if e.code() == Some(&SqlState::UNDEFINED_FUNCTION) {
+                self.functions.remove(sql);
+                self.prepared.remove(sql);
+            }
+            e.into()
+        })
     }
 }
 
@@ -284,7 +335,9 @@ impl Conn {
     pub(crate) fn listen_target(&self) -> Option<Target> {
         match self.statements.pooler {
             Pooler::Direct => Some(self.target.for_listening()),
-            Pooler::Transaction => self.listen.as_ref().map(Target::for_listening),
+            Pooler::Transaction | Pooler::TransactionPrepared => {
+                self.listen.as_ref().map(Target::for_listening)
+            }
         }
     }
 
@@ -802,7 +855,7 @@ pub fn connect_with(dsn: &str, options: &ConnectOptions) -> Result<Pool> {
         config.options(&joined);
     }
     let listen = match (&options.pooler, &options.listen_dsn) {
-        (Pooler::Transaction, Some(listen)) => Some(
+        (Pooler::Transaction | Pooler::TransactionPrepared, Some(listen)) => Some(
             resolve_target(listen, &env, &options.application_name).map_err(|e| match e {
                 Error::ConnectionConfig(reason) => {
                     Error::ConnectionConfig(format!("listen_dsn: {reason}"))
@@ -1114,6 +1167,10 @@ mod tests {
     #[test]
     fn poolers_parse_and_bad_ones_are_named() {
         assert_eq!(Pooler::parse("Transaction").unwrap(), Pooler::Transaction);
+        assert_eq!(
+            Pooler::parse("transaction-prepared").unwrap(),
+            Pooler::TransactionPrepared
+        );
         assert_eq!(Pooler::parse("session").unwrap(), Pooler::Direct);
         assert_eq!(Pooler::parse("").unwrap(), Pooler::Direct);
         let e = Pooler::parse("statement").unwrap_err().to_string();

@@ -115,9 +115,11 @@ fn pooler_advice(e: &postgres::Error) -> &'static str {
                 || *c == SqlState::DUPLICATE_PSTATEMENT =>
         {
             " (prepared statements do not survive here: this looks like a pooler in \
-             transaction mode, such as PgBouncer with pool_mode = transaction; set \
-             ConnectOptions::pooler to Pooler::Transaction, or PGQUEUER_POOLER=transaction, \
-             and give workers a direct listen_dsn / PGQUEUER_LISTEN_DSN)"
+             transaction mode, such as PgBouncer with pool_mode = transaction, that does not \
+             keep them; set ConnectOptions::pooler to Pooler::Transaction, or \
+             PGQUEUER_POOLER=transaction, and give workers a direct listen_dsn / \
+             PGQUEUER_LISTEN_DSN; with PgBouncer 1.21 or later, max_prepared_statements \
+             above 0 lets Pooler::TransactionPrepared keep them)"
         }
         _ => "",
     }

@@ -14,7 +14,7 @@ use pgqueuer::{
 };
 
 use crate::harness::{TestDb, server};
-use crate::pgbouncer::{Mode, PgBouncer};
+use crate::pgbouncer::{Mode, PgBouncer, Release};
 
 /// A pool through `bouncer` that knows it is a transaction pooler, listening directly.
 fn pool_through(bouncer: &PgBouncer, db: &TestDb, max_size: u32) -> Pool {
@@ -454,4 +454,169 @@ fn statement_functions_of_another_role_are_never_called() {
         .run_until_empty()
         .unwrap();
     assert_eq!(summary.succeeded, 5, "{summary:?}");
+}
+
+/// PgBouncer's counters for `dbname` from its admin console: (client parses, server
+/// parses, binds) of named prepared statements.
+fn parse_and_bind_counts(bouncer: &PgBouncer, dbname: &str) -> (i64, i64, i64) {
+    let mut admin = bouncer
+        .dsn("pgbouncer")
+        .parse::<pgqueuer::postgres::Config>()
+        .unwrap()
+        .connect(NoTls)
+        .unwrap();
+    let messages = admin.simple_query("SHOW STATS").unwrap();
+    let mut columns = None;
+    for message in &messages {
+        match message {
+            pgqueuer::postgres::SimpleQueryMessage::RowDescription(c) => {
+                columns = Some(c.iter().map(|c| c.name().to_owned()).collect::<Vec<_>>());
+            }
+            pgqueuer::postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some(dbname) => {
+                let names = columns.as_ref().expect("SHOW STATS describes its rows");
+                let value = |name: &str| -> i64 {
+                    let i = names
+                        .iter()
+                        .position(|n| n == name)
+                        .unwrap_or_else(|| panic!("SHOW STATS has no {name}: {names:?}"));
+                    row.get(i).unwrap().parse().unwrap()
+                };
+                return (
+                    value("total_client_parse_count"),
+                    value("total_server_parse_count"),
+                    value("total_bind_count"),
+                );
+            }
+            _ => {}
+        }
+    }
+    panic!("SHOW STATS has no row for {dbname}");
+}
+
+/// Through PgBouncer 1.24 with `max_prepared_statements`, a pool set to
+/// `Pooler::TransactionPrepared` prepares each per-job statement (the call of its
+/// statement function) once per client connection: 400 single enqueues and a worker's
+/// claims and completions, over two server connections, take a few dozen parses at most
+/// and hundreds of binds, while every job runs once and a limit of 1 holds.
+#[test]
+fn a_pooler_that_keeps_prepared_statements_parses_each_statement_once() {
+    let db = TestDb::new();
+    let (host, port) = upstream();
+    let bouncer = PgBouncer::start_release(Release::Prepared, Mode::Transaction, (&host, port), 2);
+    let options = ConnectOptions {
+        max_size: 4,
+        min_idle: 0,
+        pooler: Pooler::TransactionPrepared,
+        listen_dsn: Some(db.dsn()),
+        ..ConnectOptions::default()
+    };
+    let pool = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
+    let queue = Queue::new(pool.clone());
+    let mut ids = Vec::new();
+    {
+        let mut conn = pool.get().unwrap();
+        let mut held = queue.on(&mut *conn);
+        for i in 0..400 {
+            let entrypoint = if i % 10 == 0 { "lim" } else { "free" };
+            ids.push(
+                held.enqueue(NewJob::new(entrypoint, i.to_string()))
+                    .unwrap(),
+            );
+        }
+    }
+    let runs = Arc::new(AtomicU32::new(0));
+    let (running, peak) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let worker = {
+        let (runs, runs_lim, running, peak) =
+            (runs.clone(), runs.clone(), running.clone(), peak.clone());
+        Worker::builder(pool.clone())
+            .threads(4)
+            .entrypoint("free", move |_job, _ctx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .entrypoint(
+                Entrypoint::new("lim").concurrency_limit(1),
+                move |_job, _ctx| {
+                    runs_lim.fetch_add(1, Ordering::SeqCst);
+                    peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(1));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let summary = worker.run_until_empty().unwrap();
+    assert_eq!(summary.succeeded, 400, "{summary:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 400, "a job ran twice or never");
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        1,
+        "the limit of 1 did not hold"
+    );
+    let statuses = queue.wait_for(&ids, Duration::from_secs(10)).unwrap();
+    assert!(statuses.values().all(|s| *s == Status::Successful));
+    drop((worker, pool));
+    let (client_parses, server_parses, binds) = parse_and_bind_counts(&bouncer, &db.name);
+    eprintln!(
+        "PgBouncer: {client_parses} client parses, {server_parses} server parses, {binds} binds"
+    );
+    assert!(
+        binds >= 400,
+        "{binds} binds: the statements did not run prepared"
+    );
+    // A handful of statements on each of at most 4 client connections (the pool and
+    // the run's own), whatever the number of runs.
+    assert!(
+        client_parses <= 60,
+        "{client_parses} parses for {binds} binds: statements were prepared again"
+    );
+    assert!(
+        server_parses >= 1,
+        "PgBouncer prepared nothing on the server"
+    );
+    let log = bouncer.log();
+    assert!(!log.contains("ERROR"), "PgBouncer logged an error: {log}");
+}
+
+/// A pool set to `Pooler::TransactionPrepared` through a pooler that does not keep
+/// prepared statements (Debian's PgBouncer 1.18): the statement prepared on one server
+/// connection is run on another, and the error says what to set.
+#[test]
+fn a_prepared_pool_through_a_pooler_that_drops_them_is_told_what_to_set() {
+    let db = TestDb::new();
+    let (host, port) = upstream();
+    let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
+    let options = ConnectOptions {
+        max_size: 1,
+        min_idle: 0,
+        pooler: Pooler::TransactionPrepared,
+        listen_dsn: Some(db.dsn()),
+        ..ConnectOptions::default()
+    };
+    let pool = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
+    let claimer = Claimer::builder().entrypoint("x", 0).build().unwrap();
+    let mut conn = pool.get().unwrap();
+    claimer.claim(&mut conn, 1).unwrap();
+    // As in the test above: another client's open transaction holds the server
+    // connection the claim was prepared on.
+    let mut holder = bouncer
+        .dsn(&db.name)
+        .parse::<pgqueuer::postgres::Config>()
+        .unwrap()
+        .connect(NoTls)
+        .unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("SELECT 1").unwrap();
+    let err = claimer.claim(&mut conn, 1).unwrap_err();
+    let text = err.to_string();
+    assert!(err.is_pooler_mismatch(), "{err:?}");
+    assert!(
+        text.contains("max_prepared_statements") && text.contains("Pooler::Transaction,"),
+        "{text}"
+    );
+    tx.rollback().unwrap();
+    drop(bouncer);
 }

@@ -2,9 +2,15 @@
 //! of its own (as user `postgres` when run as root, which PgBouncer refuses to be),
 //! stopped and removed on drop. Debian's `pgbouncer` package (1.18), installed on first
 //! use when missing (`apt.rs`); `PGQUEUER_PGBOUNCER` names another binary.
+//!
+//! Protocol-level prepared statements in transaction mode came with PgBouncer 1.21, which
+//! Debian 12 does not package: [`Release::Prepared`] runs PgBouncer 1.24.1 built from
+//! Debian 13's source tarball (checked against its SHA-256) on first use, once per
+//! machine, into the temporary directory (`PGQUEUER_PGBOUNCER_PREPARED` names another
+//! binary of 1.21 or later).
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -25,10 +31,100 @@ impl Mode {
     }
 }
 
+/// Which PgBouncer to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Debian 12's 1.18: no prepared statements in transaction mode.
+    Debian,
+    /// 1.24.1 with `max_prepared_statements = 200`: it keeps its clients' protocol-level
+    /// prepared statements in transaction mode.
+    Prepared,
+}
+
 pub struct PgBouncer {
     pub port: u16,
     dir: PathBuf,
     child: Child,
+}
+
+/// The source of the PgBouncer built for [`Release::Prepared`], and its SHA-256 (as
+/// Debian's `Sources` index gives it).
+const SOURCE: &str =
+    "https://deb.debian.org/debian/pool/main/p/pgbouncer/pgbouncer_1.24.1.orig.tar.gz";
+const SOURCE_SHA256: &str = "da72a3aba13072876d055a3e58dd4aba4a5de4ed6148e73033185245598fd3e0";
+
+/// PgBouncer 1.24.1, built on first use (see the module's documentation).
+fn prepared_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("PGQUEUER_PGBOUNCER_PREPARED") {
+        return PathBuf::from(path);
+    }
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let home = std::env::temp_dir().join("pgqueuer-pgbouncer-1.24.1");
+    let binary = home.join("pgbouncer");
+    let _one = BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if binary.exists() {
+        return binary;
+    }
+    let why = "the tests of Pooler::TransactionPrepared build PgBouncer 1.24.1 from source";
+    super::apt::binary(&["/usr/include/event2/event.h"], "libevent-dev", why);
+    super::apt::binary(&["/usr/bin/pkg-config"], "pkg-config", why);
+    super::apt::binary(&["/usr/bin/make"], "make", why);
+    super::apt::binary(&["/usr/bin/curl"], "curl", why);
+    let work = home.with_extension(format!("build-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).expect("a directory to build PgBouncer in");
+    eprintln!("pgqueuer tests: building PgBouncer 1.24.1 from {SOURCE} (once per machine)");
+    let run = |what: &str, dir: &Path, command: &mut Command| {
+        let out = command
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {what}: {e} ({why})"));
+        assert!(
+            out.status.success(),
+            "{what} failed ({why}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(
+        "curl",
+        &work,
+        Command::new("curl").args(["-fsSL", "--retry", "3", "-o", "source.tar.gz", SOURCE]),
+    );
+    let sum = run(
+        "sha256sum",
+        &work,
+        Command::new("sha256sum").arg("source.tar.gz"),
+    );
+    assert!(
+        sum.starts_with(SOURCE_SHA256),
+        "{SOURCE} is not the tarball Debian lists (sha256 {sum}, expected {SOURCE_SHA256})"
+    );
+    run(
+        "tar",
+        &work,
+        Command::new("tar").args(["xzf", "source.tar.gz"]),
+    );
+    let source = work.join("pgbouncer-1.24.1");
+    run(
+        "configure",
+        &source,
+        Command::new("./configure").args([
+            "--without-openssl",
+            "--without-cares",
+            "--without-pam",
+            "--without-systemd",
+        ]),
+    );
+    run("make", &source, Command::new("make").arg("-j2"));
+    std::fs::create_dir_all(&home).expect("the PgBouncer directory");
+    // Renamed into place whole, so that no other process runs a half-copied binary.
+    std::fs::rename(source.join("pgbouncer"), &binary).expect("install the built PgBouncer");
+    let _ = std::fs::remove_dir_all(&work);
+    binary
 }
 
 fn binary() -> PathBuf {
@@ -58,8 +154,21 @@ impl PgBouncer {
     /// PgBouncer in `mode` on a free port, pooling `default_pool_size` server connections
     /// per database to `upstream` (host, port), trusting user `postgres`.
     pub fn start(mode: Mode, upstream: (&str, u16), default_pool_size: u32) -> PgBouncer {
+        PgBouncer::start_release(Release::Debian, mode, upstream, default_pool_size)
+    }
+
+    /// As [`PgBouncer::start`], running `release`.
+    pub fn start_release(
+        release: Release,
+        mode: Mode,
+        upstream: (&str, u16),
+        default_pool_size: u32,
+    ) -> PgBouncer {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let binary = binary();
+        let (binary, prepared) = match release {
+            Release::Debian => (binary(), ""),
+            Release::Prepared => (prepared_binary(), "max_prepared_statements = 200\n"),
+        };
         let dir = std::env::temp_dir().join(format!(
             "pgqueuer-test-pgbouncer-{}-{}",
             std::process::id(),
@@ -82,7 +191,9 @@ impl PgBouncer {
              max_client_conn = 1000\n\
              ignore_startup_parameters = extra_float_digits,options,search_path\n\
              logfile = {dir}/pgbouncer.log\n\
-             admin_users = postgres\n",
+             admin_users = postgres\n\
+             server_tls_sslmode = disable\n\
+             {prepared}",
             host = upstream.0,
             upstream_port = upstream.1,
             dir = dir.display(),

@@ -326,7 +326,7 @@ pub(crate) fn listen(
 ) -> Outcome {
     let channel = channel.unwrap_or_else(|| ctx.settings.channel.clone());
     let mut conn = ctx.connect()?;
-    if conn.pooler() == pgqueuer::Pooler::Transaction {
+    if conn.pooler().is_transaction_mode() {
         // LISTEN through a transaction pooler hears nothing: use the direct DSN.
         let Some(direct) = std::env::var("PGQUEUER_LISTEN_DSN")
             .ok()

@@ -1,5 +1,6 @@
 //! A fleet through PgBouncer: four worker processes and two producers share one real
-//! PgBouncer, in transaction mode and in session mode.
+//! PgBouncer, in transaction mode (Debian's 1.18, statements unnamed; and 1.24 keeping
+//! prepared statements, `Pooler::TransactionPrepared`) and in session mode.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use super::checks::{
 use super::process::{Proc, assert_running, terminate_all, worker_args};
 use super::summary::{Ended, report_all_done};
 use crate::harness::{TestDb, scalar, server};
-use crate::pgbouncer::{Mode, PgBouncer};
+use crate::pgbouncer::{Mode, PgBouncer, Release};
 
 /// (entrypoint, limit, handler millis, jobs): 5,000 jobs.
 const PLAN: [(&str, u32, u64, usize); 3] = [
@@ -65,7 +66,7 @@ fn produce(dsn: &str, pooler: Pooler) -> Vec<JobId> {
 /// connections.
 static ONE_FLEET: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn fleet(mode: Mode, default_pool_size: u32) {
+fn fleet(mode: Mode, release: Release, default_pool_size: u32) {
     let _turn = ONE_FLEET
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -73,18 +74,25 @@ fn fleet(mode: Mode, default_pool_size: u32) {
     let mut client = db.client();
     client.batch_execute(RUNS_DDL).unwrap();
     let s = server();
-    let bouncer = PgBouncer::start(mode, (&s.host, s.port), default_pool_size);
+    let bouncer = PgBouncer::start_release(release, mode, (&s.host, s.port), default_pool_size);
     let dsn = bouncer.dsn(&db.name);
     let direct = db.dsn();
-    let (pooler, env): (Pooler, Vec<(&str, &str)>) = match mode {
-        Mode::Transaction => (
+    let (pooler, env): (Pooler, Vec<(&str, &str)>) = match (mode, release) {
+        (Mode::Transaction, Release::Debian) => (
             Pooler::Transaction,
             vec![
                 ("PGQUEUER_POOLER", "transaction"),
                 ("PGQUEUER_LISTEN_DSN", direct.as_str()),
             ],
         ),
-        Mode::Session => (Pooler::Direct, Vec::new()),
+        (Mode::Transaction, Release::Prepared) => (
+            Pooler::TransactionPrepared,
+            vec![
+                ("PGQUEUER_POOLER", "transaction-prepared"),
+                ("PGQUEUER_LISTEN_DSN", direct.as_str()),
+            ],
+        ),
+        (Mode::Session, _) => (Pooler::Direct, Vec::new()),
     };
     let limits: Vec<(&str, u32)> = PLAN.iter().map(|p| (p.0, p.1)).collect();
     let args = worker_args(
@@ -134,9 +142,10 @@ fn fleet(mode: Mode, default_pool_size: u32) {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let mode_name = match mode {
-        Mode::Transaction => "transaction",
-        Mode::Session => "session",
+    let mode_name = match (mode, release) {
+        (Mode::Transaction, Release::Debian) => "transaction",
+        (Mode::Transaction, Release::Prepared) => "transaction, prepared",
+        (Mode::Session, _) => "session",
     };
     eprintln!(
         "PgBouncer {mode_name} (pool {default_pool_size}): {} jobs in {elapsed:?}, runs {runs} \
@@ -144,10 +153,10 @@ fn fleet(mode: Mode, default_pool_size: u32) {
         ids.len()
     );
     report_all_done(
-        if mode == Mode::Transaction {
-            "pgbouncer transaction"
-        } else {
-            "pgbouncer session"
+        match (mode, release) {
+            (Mode::Transaction, Release::Debian) => "pgbouncer transaction",
+            (Mode::Transaction, Release::Prepared) => "pgbouncer transaction-prepared",
+            (Mode::Session, _) => "pgbouncer session",
         },
         format!(
             "4 workers x 8 + 2 producers via PgBouncer ({mode_name}, pool {default_pool_size})"
@@ -188,7 +197,7 @@ fn fleet(mode: Mode, default_pool_size: u32) {
             &max,
             &limits,
         ),
-        // Through a transaction pooler every claim runs unnamed and is planned per run,
+        // Through a transaction pooler a claim may run unnamed and be planned per run,
         // and the log's times are taken when a statement's transaction starts, before
         // planning: a pick can be logged up to a planning time before the end that freed
         // its slot (about 10 ms seen here). So the audit is read at 100 ms, where it can
@@ -236,7 +245,16 @@ fn fleet(mode: Mode, default_pool_size: u32) {
 /// prepared-statement or leaked-setting error; the workers LISTEN directly.
 #[test]
 fn a_fleet_through_pgbouncer_in_transaction_mode() {
-    fleet(Mode::Transaction, 6);
+    fleet(Mode::Transaction, Release::Debian, 6);
+}
+
+/// The same through PgBouncer 1.24 with `max_prepared_statements`, the workers' and
+/// producers' pools set to `transaction-prepared`: their statements are prepared once per
+/// client connection and PgBouncer prepares them again on whichever of the six server
+/// connections runs them.
+#[test]
+fn a_fleet_through_pgbouncer_keeping_prepared_statements() {
+    fleet(Mode::Transaction, Release::Prepared, 6);
 }
 
 /// Session mode: the crate runs as on a direct connection (statements prepared per
@@ -246,5 +264,5 @@ fn a_fleet_through_pgbouncer_in_transaction_mode() {
 /// recording its run) and a listener each, and the producers' 4.
 #[test]
 fn a_fleet_through_pgbouncer_in_session_mode() {
-    fleet(Mode::Session, 56);
+    fleet(Mode::Session, Release::Debian, 56);
 }
