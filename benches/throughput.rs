@@ -1027,8 +1027,7 @@ fn main() {
             ..options.clone()
         };
         let through = pgqueuer::connect_with(&bouncer.dsn(&db.name), &prepared_options).unwrap();
-        let (prepared_rate, prepared_backlog, _) =
-            flow_on(&through, &db, 16, 10, 1, 10, 0, window);
+        let (prepared_rate, prepared_backlog, _) = flow_on(&through, &db, 16, 10, 1, 10, 0, window);
         record(
             "pgbouncer: direct (pgqueuer flow)".into(),
             direct_rate,

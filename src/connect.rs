@@ -636,7 +636,7 @@ impl Target {
         if self.tls.mode == crate::tls::SslMode::Disable {
             return "plaintext".into();
         }
-        if pooler == Pooler::Transaction {
+        if pooler.is_transaction_mode() {
             return if self.tls.always_encrypted() {
                 "encrypted".into()
             } else {
@@ -782,8 +782,8 @@ impl Default for ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// The defaults, with `pooler` from `PGQUEUER_POOLER` (`direct`, `session` or
-    /// `transaction`) and `listen_dsn` from `PGQUEUER_LISTEN_DSN` when they are set.
+    /// The defaults, with `pooler` from `PGQUEUER_POOLER` (`direct`, `session`,
+    /// `transaction` or `transaction-prepared`) and `listen_dsn` from `PGQUEUER_LISTEN_DSN` when they are set.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] naming `PGQUEUER_POOLER` for a value it does not know.
