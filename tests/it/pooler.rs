@@ -28,6 +28,48 @@ fn pool_through(bouncer: &PgBouncer, db: &TestDb, max_size: u32) -> Pool {
     pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).expect("pool through PgBouncer")
 }
 
+/// A worker of 4 threads on `pool`, run until nothing is left of its `free` jobs and its
+/// `lim` jobs (limit 1, 2 ms each): every one of the `jobs` ran once, and the limit held.
+fn drain_free_and_limited(pool: &Pool, jobs: u64) -> Worker {
+    let runs = Arc::new(AtomicU32::new(0));
+    let (running, peak) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let worker = {
+        let (runs, runs_lim, running, peak) =
+            (runs.clone(), runs.clone(), running.clone(), peak.clone());
+        Worker::builder(pool.clone())
+            .threads(4)
+            .entrypoint("free", move |_job, _ctx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .entrypoint(
+                Entrypoint::new("lim").concurrency_limit(1),
+                move |_job, _ctx| {
+                    runs_lim.fetch_add(1, Ordering::SeqCst);
+                    peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(2));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let summary = worker.run_until_empty().unwrap();
+    assert_eq!(summary.succeeded, jobs, "{summary:?}");
+    assert_eq!(
+        u64::from(runs.load(Ordering::SeqCst)),
+        jobs,
+        "a job ran twice or never"
+    );
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        1,
+        "the limit of 1 did not hold"
+    );
+    worker
+}
+
 fn upstream() -> (String, u16) {
     let s = server();
     (s.host.clone(), s.port)
@@ -322,38 +364,7 @@ fn per_job_statements_run_as_statement_functions() {
         .collect();
     jobs.extend((0..10).map(|i| NewJob::new("lim", i.to_string())));
     let ids = queue.enqueue_many(&jobs).unwrap();
-    let runs = Arc::new(AtomicU32::new(0));
-    let (running, peak) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let worker = {
-        let (runs, runs_lim, running, peak) =
-            (runs.clone(), runs.clone(), running.clone(), peak.clone());
-        Worker::builder(pool.clone())
-            .threads(4)
-            .entrypoint("free", move |_job, _ctx| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .entrypoint(
-                Entrypoint::new("lim").concurrency_limit(1),
-                move |_job, _ctx| {
-                    runs_lim.fetch_add(1, Ordering::SeqCst);
-                    peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(2));
-                    running.fetch_sub(1, Ordering::SeqCst);
-                    Ok(())
-                },
-            )
-            .build()
-            .unwrap()
-    };
-    let summary = worker.run_until_empty().unwrap();
-    assert_eq!(summary.succeeded, 40, "{summary:?}");
-    assert_eq!(runs.load(Ordering::SeqCst), 40, "a job ran twice or never");
-    assert_eq!(
-        peak.load(Ordering::SeqCst),
-        1,
-        "the limit of 1 did not hold"
-    );
+    let worker = drain_free_and_limited(&pool, 40);
     let mut client = db.client();
     for id in [ids[0], ids[35]] {
         assert_eq!(
@@ -524,38 +535,7 @@ fn a_pooler_that_keeps_prepared_statements_parses_each_statement_once() {
             );
         }
     }
-    let runs = Arc::new(AtomicU32::new(0));
-    let (running, peak) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let worker = {
-        let (runs, runs_lim, running, peak) =
-            (runs.clone(), runs.clone(), running.clone(), peak.clone());
-        Worker::builder(pool.clone())
-            .threads(4)
-            .entrypoint("free", move |_job, _ctx| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .entrypoint(
-                Entrypoint::new("lim").concurrency_limit(1),
-                move |_job, _ctx| {
-                    runs_lim.fetch_add(1, Ordering::SeqCst);
-                    peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(1));
-                    running.fetch_sub(1, Ordering::SeqCst);
-                    Ok(())
-                },
-            )
-            .build()
-            .unwrap()
-    };
-    let summary = worker.run_until_empty().unwrap();
-    assert_eq!(summary.succeeded, 400, "{summary:?}");
-    assert_eq!(runs.load(Ordering::SeqCst), 400, "a job ran twice or never");
-    assert_eq!(
-        peak.load(Ordering::SeqCst),
-        1,
-        "the limit of 1 did not hold"
-    );
+    let worker = drain_free_and_limited(&pool, 400);
     let statuses = queue.wait_for(&ids, Duration::from_secs(10)).unwrap();
     assert!(statuses.values().all(|s| *s == Status::Successful));
     drop((worker, pool));
