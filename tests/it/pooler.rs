@@ -304,25 +304,26 @@ fn pgq_works_through_a_transaction_pooler() {
     drop(bouncer);
 }
 
-/// A pool that was not told about the transaction pooler: a statement prepared on one
-/// server connection is run on another, and the error says which setting to use.
-#[test]
-fn a_pool_not_told_of_a_transaction_pooler_names_the_setting() {
+/// The error of a pool set to `pooler` through Debian's PgBouncer 1.18 in transaction
+/// mode (two server connections), which keeps no prepared statement: a claim prepared (and
+/// first run) on the server connection PgBouncer hands out first runs again while another
+/// client's open transaction holds that connection (PgBouncer reuses the most recently
+/// used one), so it lands on the other.
+fn pooler_mismatch(pooler: Pooler) -> String {
     let db = TestDb::new();
     let (host, port) = upstream();
     let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
     let options = ConnectOptions {
         max_size: 1,
         min_idle: 0,
+        pooler,
+        listen_dsn: pooler.is_transaction_mode().then(|| db.dsn()),
         ..ConnectOptions::default()
     };
     let pool = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
     let claimer = Claimer::builder().entrypoint("x", 0).build().unwrap();
     let mut conn = pool.get().unwrap();
-    // Prepared (and first run) on the server connection PgBouncer hands out first.
     claimer.claim(&mut conn, 1).unwrap();
-    // Another client's open transaction now holds that server connection (PgBouncer
-    // reuses the most recently used one), so the next run lands on the other.
     let mut holder = bouncer
         .dsn(&db.name)
         .parse::<pgqueuer::postgres::Config>()
@@ -332,14 +333,32 @@ fn a_pool_not_told_of_a_transaction_pooler_names_the_setting() {
     let mut tx = holder.transaction().unwrap();
     tx.batch_execute("SELECT 1").unwrap();
     let err = claimer.claim(&mut conn, 1).unwrap_err();
-    let text = err.to_string();
     assert!(err.is_pooler_mismatch(), "{err:?}");
+    tx.rollback().unwrap();
+    drop(bouncer);
+    err.to_string()
+}
+
+/// A pool that was not told about the transaction pooler: the error says which setting to
+/// use.
+#[test]
+fn a_pool_not_told_of_a_transaction_pooler_names_the_setting() {
+    let text = pooler_mismatch(Pooler::Direct);
     assert!(
         text.contains("PGQUEUER_POOLER=transaction") && text.contains("Pooler::Transaction"),
         "{text}"
     );
-    tx.rollback().unwrap();
-    drop(bouncer);
+}
+
+/// A pool set to `Pooler::TransactionPrepared` through a pooler that does not keep
+/// prepared statements: the error says what to set.
+#[test]
+fn a_prepared_pool_through_a_pooler_that_drops_them_is_told_what_to_set() {
+    let text = pooler_mismatch(Pooler::TransactionPrepared);
+    assert!(
+        text.contains("max_prepared_statements") && text.contains("Pooler::Transaction,"),
+        "{text}"
+    );
 }
 
 /// Through a transaction pooler a worker's and a producer's per-job statements run as the
@@ -559,44 +578,4 @@ fn a_pooler_that_keeps_prepared_statements_parses_each_statement_once() {
     );
     let log = bouncer.log();
     assert!(!log.contains("ERROR"), "PgBouncer logged an error: {log}");
-}
-
-/// A pool set to `Pooler::TransactionPrepared` through a pooler that does not keep
-/// prepared statements (Debian's PgBouncer 1.18): the statement prepared on one server
-/// connection is run on another, and the error says what to set.
-#[test]
-fn a_prepared_pool_through_a_pooler_that_drops_them_is_told_what_to_set() {
-    let db = TestDb::new();
-    let (host, port) = upstream();
-    let bouncer = PgBouncer::start(Mode::Transaction, (&host, port), 2);
-    let options = ConnectOptions {
-        max_size: 1,
-        min_idle: 0,
-        pooler: Pooler::TransactionPrepared,
-        listen_dsn: Some(db.dsn()),
-        ..ConnectOptions::default()
-    };
-    let pool = pgqueuer::connect_with(&bouncer.dsn(&db.name), &options).unwrap();
-    let claimer = Claimer::builder().entrypoint("x", 0).build().unwrap();
-    let mut conn = pool.get().unwrap();
-    claimer.claim(&mut conn, 1).unwrap();
-    // As in the test above: another client's open transaction holds the server
-    // connection the claim was prepared on.
-    let mut holder = bouncer
-        .dsn(&db.name)
-        .parse::<pgqueuer::postgres::Config>()
-        .unwrap()
-        .connect(NoTls)
-        .unwrap();
-    let mut tx = holder.transaction().unwrap();
-    tx.batch_execute("SELECT 1").unwrap();
-    let err = claimer.claim(&mut conn, 1).unwrap_err();
-    let text = err.to_string();
-    assert!(err.is_pooler_mismatch(), "{err:?}");
-    assert!(
-        text.contains("max_prepared_statements") && text.contains("Pooler::Transaction,"),
-        "{text}"
-    );
-    tx.rollback().unwrap();
-    drop(bouncer);
 }
