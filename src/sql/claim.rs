@@ -260,7 +260,7 @@ pub(crate) fn queue_claim(
         // lateral from being flattened into a join), so a claim reads the slots of its own
         // entrypoints only, however many other entrypoints hold.
         ctes.push(format!(
-            "held_slots AS (\n    SELECT a.entrypoint, h.slot % a.concurrency_limit AS slot\n    \
+            "held_slots AS (\n    SELECT a.entrypoint, h.slot % a.concurrency_limit AS slot, h.slot AS held, a.concurrency_limit AS lim\n    \
              FROM available a\n    \
              CROSS JOIN LATERAL (\n        \
              SELECT h.slot FROM {queue} h\n        \
@@ -332,7 +332,7 @@ pub(crate) fn queue_claim(
         } else {
             ""
         };
-        let unguarded = unguarded(&queue);
+        let unguarded = unguarded_held();
         ctes.push(format!(
             "contention AS (\n    SELECT COUNT(*) FILTER (WHERE id IS NULL) AS contended,\n           \
              (SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord)) AS in_use,\n           \
@@ -545,10 +545,11 @@ fn eligible_limit(budget_gated: bool) -> &'static str {
 /// such jobs keeps the limit exact (the careful search treats a slot above the limit as
 /// holding its slot modulo the limit).
 ///
-/// The lowest and highest slot of each limit are read from the ends of its range of the
-/// slot index (`min` and `max` are each planned as one probe, whatever the parameters; a
-/// `LIMIT 1` over `slot >= limit` was planned, generically, as a walk of every picked
-/// row).
+/// The relaxed claim reads the lowest and highest slot of each limit from the ends of its
+/// range of the slot index (`min` and `max` are each planned as one probe, whatever the
+/// parameters; a `LIMIT 1` over `slot >= limit` was planned, generically, as a walk of
+/// every picked row). The careful claims, which read every held slot of their limited
+/// entrypoints anyway (`held_slots`), look there instead ([`unguarded_held`]).
 fn unguarded(queue: &str) -> String {
     let held = |end: &str| {
         format!(
@@ -564,6 +565,15 @@ fn unguarded(queue: &str) -> String {
         max = held("max"),
         min = held("min"),
     )
+}
+
+/// [`unguarded`] for the claims that read every held slot of their limited entrypoints
+/// with room (`held_slots`, with each raw slot and its limit). An entrypoint without room
+/// is not read there, and needs not be: its limit is full, so no claim of it is relaxed.
+fn unguarded_held() -> &'static str {
+    "(EXISTS (SELECT 1 FROM held_slots hs WHERE hs.held < 0 OR hs.held >= hs.lim)\n            \
+     OR EXISTS (SELECT 1 FROM params p JOIN picked k ON k.entrypoint = p.entrypoint\n                       \
+     WHERE p.concurrency_limit > 0 AND k.unslotted > 0))"
 }
 
 /// The parts every claim shape shares: the CTEs that end claims first (when `ending`, with
