@@ -54,8 +54,9 @@ pub struct Claim {
     pub rate_wait: Option<Duration>,
     /// For a claimer with limits: some job of a limited entrypoint is held out of the
     /// slot index's reach: at a slot at or above its entrypoint's limit (a limit lowered
-    /// since it was taken, or a larger one declared elsewhere), or with no slot (picked
-    /// before slots existed, or by a worker without the limit).
+    /// since it was taken, or a larger one declared elsewhere), below zero (written by
+    /// another program), or with no slot (picked before slots existed, or by a worker
+    /// without the limit).
     pub(crate) unguarded: bool,
     /// For a claimer with rate limits: every window of every rate-limited entrypoint was
     /// far from binding at the claim (at most half its units spent within the window, and
@@ -897,7 +898,7 @@ impl Claimer {
         if self.limits.iter().all(|l| *l <= 0) {
             return true;
         }
-        // A job held above a limit, or without a slot, is outside the slot index's reach:
+        // A job held outside `0..limit`, or without a slot, is outside the slot index's reach:
         // only careful claims, which count it, keep that limit exact.
         if claim.unguarded {
             return false;

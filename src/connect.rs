@@ -783,7 +783,8 @@ impl Default for ConnectOptions {
 
 impl ConnectOptions {
     /// The defaults, with `pooler` from `PGQUEUER_POOLER` (`direct`, `session`,
-    /// `transaction` or `transaction-prepared`) and `listen_dsn` from `PGQUEUER_LISTEN_DSN` when they are set.
+    /// `transaction` or `transaction-prepared`) and `listen_dsn` from
+    /// `PGQUEUER_LISTEN_DSN` when they are set.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] naming `PGQUEUER_POOLER` for a value it does not know.
