@@ -15,7 +15,8 @@
 //! split them and pay two commits.)
 //!
 //! A worker with limits claims as one without them while every limit is far from
-//! binding: each claim reports the slots in use fleet-wide, and while each limit has
+//! binding: claims report the slots in use fleet-wide (a relaxed claim counts them only
+//! every [`COUNT_EVERY`], since counting reads every held job), and while each limit has
 //! `relax_margin` to spare (this worker's threads, a batch ahead and a batch per lane)
 //! claims go ahead of free threads and on both lanes, and take slots in turn from where
 //! each lane left off, without searching (the lanes start half a limit apart, so they take
