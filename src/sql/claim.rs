@@ -558,22 +558,28 @@ fn unguarded(queue: &str) -> String {
         )
     };
     format!(
-        "EXISTS (SELECT 1 FROM params p WHERE p.concurrency_limit > 0\n               \
+        "(EXISTS (SELECT 1 FROM params p WHERE p.concurrency_limit > 0\n               \
          AND ({max} >= p.concurrency_limit\n                 \
-         OR {min} < 0\n                 \
-         OR EXISTS (SELECT 1 FROM picked k WHERE k.entrypoint = p.entrypoint AND k.unslotted > 0)))",
+         OR {min} < 0))\n            \
+         OR {UNSLOTTED_HELD})",
         max = held("max"),
         min = held("min"),
     )
 }
 
+/// Whether `picked` counted a job of a limited entrypoint held with no slot (the part of
+/// [`unguarded`] and [`unguarded_held`] that reads no slot).
+const UNSLOTTED_HELD: &str = "EXISTS (SELECT 1 FROM params p JOIN picked k ON k.entrypoint = p.entrypoint\n                       \
+     WHERE p.concurrency_limit > 0 AND k.unslotted > 0)";
+
 /// [`unguarded`] for the claims that read every held slot of their limited entrypoints
 /// with room (`held_slots`, with each raw slot and its limit). An entrypoint without room
 /// is not read there, and needs not be: its limit is full, so no claim of it is relaxed.
-fn unguarded_held() -> &'static str {
-    "(EXISTS (SELECT 1 FROM held_slots hs WHERE hs.held < 0 OR hs.held >= hs.lim)\n            \
-     OR EXISTS (SELECT 1 FROM params p JOIN picked k ON k.entrypoint = p.entrypoint\n                       \
-     WHERE p.concurrency_limit > 0 AND k.unslotted > 0))"
+fn unguarded_held() -> String {
+    format!(
+        "(EXISTS (SELECT 1 FROM held_slots hs WHERE hs.held < 0 OR hs.held >= hs.lim)\n            \
+         OR {UNSLOTTED_HELD})"
+    )
 }
 
 /// The parts every claim shape shares: the CTEs that end claims first (when `ending`, with

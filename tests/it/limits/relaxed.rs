@@ -200,6 +200,37 @@ fn relaxed_claims_that_meet_held_slots_claim_again_elsewhere() {
     );
 }
 
+/// One job of `flow` claimed by another claimer (its limit `holder_limit`), whose slot is
+/// then rewritten to `slot` as another program might; the job, its holder, and the pool
+/// the holder claimed on.
+fn hold_one(
+    db: &TestDb,
+    queue: &Queue,
+    holder_limit: u32,
+    slot: Option<i64>,
+) -> (JobId, pgqueuer::Claimer, pgqueuer::Pool) {
+    let id = queue
+        .enqueue(NewJob::new("flow", b"held".to_vec()))
+        .unwrap();
+    let holder = pgqueuer::Claimer::builder()
+        .entrypoint("flow", holder_limit)
+        .build()
+        .unwrap();
+    let pool = db.pool(1);
+    assert_eq!(
+        holder
+            .claim(&mut pool.get().unwrap(), 1)
+            .unwrap()
+            .jobs
+            .len(),
+        1
+    );
+    db.client()
+        .execute("UPDATE pgqueuer SET slot = $2 WHERE id = $1", &[&id, &slot])
+        .unwrap();
+    (id, holder, pool)
+}
+
 /// A job held where the slot index cannot see it is outside its reach, so a worker claims
 /// carefully, counting it, while one is held (relaxed claims count the slots in use only
 /// now and then): here no relaxed claim runs while a job holds `slot` under a limit of 60,
@@ -209,20 +240,8 @@ fn a_held_job_out_of_the_index_keeps_claims_careful(slot: Option<i64>) {
     const LIMIT: u32 = 60;
     let db = TestDb::new();
     let queue = Queue::new(db.pool(2));
-    let id = queue
-        .enqueue(NewJob::new("flow", b"held".to_vec()))
-        .unwrap();
-    let holder = pgqueuer::Claimer::builder()
-        .entrypoint("flow", 100)
-        .build()
-        .unwrap();
-    let pool = db.pool(1);
+    let (id, holder, pool) = hold_one(&db, &queue, 100, slot);
     let mut conn = pool.get().unwrap();
-    assert_eq!(holder.claim(&mut conn, 1).unwrap().jobs.len(), 1);
-    let mut client = db.client();
-    client
-        .execute("UPDATE pgqueuer SET slot = $2 WHERE id = $1", &[&id, &slot])
-        .unwrap();
     let sweep = Overlap::default();
     let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
     let ids = lulls(&queue, 100);
@@ -281,20 +300,8 @@ fn a_negative_slot_still_counts_toward_the_limit() {
     const LIMIT: u32 = 4;
     let db = TestDb::new();
     let queue = Queue::new(db.pool(2));
-    let id = queue
-        .enqueue(NewJob::new("flow", b"held".to_vec()))
-        .unwrap();
-    let holder = pgqueuer::Claimer::builder()
-        .entrypoint("flow", LIMIT)
-        .build()
-        .unwrap();
-    let pool = db.pool(1);
-    let mut conn = pool.get().unwrap();
-    assert_eq!(holder.claim(&mut conn, 1).unwrap().jobs.len(), 1);
+    let (id, _holder, _pool) = hold_one(&db, &queue, LIMIT, Some(-3));
     let mut client = db.client();
-    client
-        .execute("UPDATE pgqueuer SET slot = -3 WHERE id = $1", &[&id])
-        .unwrap();
     let sweep = Overlap::default();
     let seen: Arc<Mutex<HashSet<i64>>> = Arc::default();
     // Jobs of a burst (25 ms and more), so that 4 threads press on the limit.
