@@ -103,6 +103,9 @@ impl Completer<'_> {
                     recv(outcomes.signal_rx) -> _ => true,
                     recv(alive) -> _ => false,
                 };
+                if !open {
+                    writer.wake_listener();
+                }
             }
             if open && !outcomes.urgent_waiting() {
                 // One sleep for the whole wait: waking per finished job would cost more
@@ -200,6 +203,27 @@ struct Writer<'a> {
 impl Writer<'_> {
     fn outcomes(&self) -> &Outcomes {
         self.ledger.outcomes()
+    }
+
+    /// Every executor has exited, so the listener is done too: wakes it from its wait
+    /// (see `listener::wake_channel`), on this connection or an idle one of the pool,
+    /// never waiting for one to open (the worker's stop must not hang on a database out
+    /// of reach). Without the wake the listener stops at the end of its poll.
+    fn wake_listener(&mut self) {
+        if self.config.listen.is_none() {
+            return;
+        }
+        let worker = self.config.claimer.worker_id();
+        let woken = if self.conn.is_open() {
+            self.conn.run(|c| super::listener::wake(c, worker))
+        } else if let Some(mut conn) = self.config.pool.try_get() {
+            super::listener::wake(&mut conn, worker)
+        } else {
+            return;
+        };
+        if let Err(e) = woken {
+            log::debug!("pgqueuer could not wake its listener to stop: {e}");
+        }
     }
 
     /// Writes ends in one statement; the rows written, or no longer ours, are no longer

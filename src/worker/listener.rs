@@ -17,7 +17,8 @@ use crate::error::chain;
 use crate::events::{Event, HealthCheck, Operation};
 use crate::sql;
 
-/// How long one wait for notifications lasts; also the listener's shutdown latency.
+/// How long one wait for notifications lasts: how often the listener runs its checks,
+/// and how long it takes to stop when nothing wakes it ([`wake_channel`]).
 const POLL: Duration = Duration::from_millis(250);
 /// How often the listener sends itself a health check (PgQueuer's interval).
 const HEALTH_INTERVAL: Duration = Duration::from_secs(10);
@@ -40,6 +41,8 @@ struct Listener<'a> {
     limits: &'a LimitWatch,
     /// The channel of those changes (`Settings::limits_channel`).
     limits_channel: String,
+    /// This worker's own channel ([`wake_channel`]).
+    wake_channel: String,
     /// Where the listener says it is alive (and connected).
     stats: &'a Stats,
     /// Which of a list of ids this worker still owns (`sql::claim::queue_owned`).
@@ -66,6 +69,7 @@ pub(crate) fn run(
         ledger,
         limits,
         limits_channel: config.settings.limits_channel(),
+        wake_channel: wake_channel(config.claimer.worker_id()),
         stats,
         owned_sql: sql::claim::queue_owned(&config.settings),
     };
@@ -104,8 +108,12 @@ pub(crate) fn run(
 impl Listener<'_> {
     fn connect(&self) -> Result<Client, postgres::Error> {
         let mut client = self.listen.connect()?;
-        client.batch_execute(&sql::channel_listen(&self.config.settings.channel))?;
-        client.batch_execute(&sql::channel_listen(&self.limits_channel))?;
+        client.batch_execute(&format!(
+            "{}; {}; {}",
+            sql::channel_listen(&self.config.settings.channel),
+            sql::channel_listen(&self.limits_channel),
+            sql::channel_listen(&self.wake_channel),
+        ))?;
         // Changes stored while no LISTEN was active were missed: read them again.
         self.limits.limits_stored();
         self.doorbell.ring(Wake::LimitsStored);
@@ -221,6 +229,8 @@ impl Listener<'_> {
                             limits_ring.pending = true;
                             limits_ring.ring_due(self.doorbell);
                         }
+                        // Perhaps every executor has exited: look now.
+                        Ok(Some(n)) if n.channel() == self.wake_channel => break,
                         Ok(Some(n)) => self.handle(n.payload(), &mut probe, &mut unconfirmed),
                         Ok(None) => break,
                         Err(e) => return Err(chain(&e).to_string()),
@@ -263,6 +273,29 @@ impl Listener<'_> {
         }
         Ok(())
     }
+}
+
+/// The channel only this worker's listener listens on (by its worker id), on which the
+/// completer wakes it once every executor has exited ([`wake`]): the listener waits on its
+/// connection and sees nothing else, and without the wake each stop, every
+/// `run_until_empty` among them, would wait out the rest of its [`POLL`].
+pub(crate) fn wake_channel(worker: uuid::Uuid) -> String {
+    format!("pgqueuer_rs_wake_{}", worker.simple())
+}
+
+/// Wakes this worker's listener ([`wake_channel`]) on `conn`. Its payload is empty:
+/// anyone can send on the channel, and all a notification there causes is one more look
+/// at whether the executors have exited.
+pub(crate) fn wake(conn: &mut crate::connect::PooledConn, worker: uuid::Uuid) -> crate::Result<()> {
+    let channel = wake_channel(worker);
+    conn.query_cached(
+        sql::CHANNEL_NOTIFY,
+        &[
+            (&channel, postgres::types::Type::TEXT),
+            (&"", postgres::types::Type::TEXT),
+        ],
+    )?;
+    Ok(())
 }
 
 /// How often the listener proves its connection: every [`HEALTH_INTERVAL`], or every

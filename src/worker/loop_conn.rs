@@ -44,6 +44,11 @@ impl<'a> LoopConn<'a> {
         result
     }
 
+    /// Whether a connection is checked out (a [`LoopConn::run`] would not wait for one).
+    pub(crate) fn is_open(&self) -> bool {
+        self.conn.is_some()
+    }
+
     /// Gives the connection back (the pool closes it).
     pub(crate) fn release(&mut self) {
         self.conn = None;

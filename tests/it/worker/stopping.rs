@@ -164,3 +164,51 @@ fn shutdown_lets_running_jobs_finish_and_claims_nothing_more() {
         asked.elapsed()
     );
 }
+
+/// A worker's listener waits on its connection, where nothing but a notification ends
+/// the wait early: once every executor has exited, the completer wakes it on the
+/// worker's own channel, so that a stop (every `run_until_empty`) does not wait out the
+/// listener's poll. The wake reaches a session listening on that channel, and only on a
+/// stop: a drain that is still running sends none.
+#[test]
+fn a_stop_wakes_the_listener_on_the_workers_own_channel() {
+    use fallible_iterator::FallibleIterator;
+
+    let db = TestDb::new();
+    let pool = db.pool(4);
+    let queue = Queue::new(pool.clone());
+    queue.enqueue(NewJob::new("once", Vec::new())).unwrap();
+    let (started_tx, started_rx) = crossbeam_channel::unbounded();
+    let (finish_tx, finish_rx) = crossbeam_channel::bounded::<()>(1);
+    let worker = Worker::builder(pool.clone())
+        .threads(2)
+        .entrypoint("once", move |_job, _ctx| {
+            started_tx.send(()).unwrap();
+            finish_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let channel = format!("pgqueuer_rs_wake_{}", worker.id().simple());
+    let mut watcher = db.client();
+    watcher
+        .batch_execute(&format!("LISTEN \"{channel}\""))
+        .unwrap();
+    std::thread::scope(|scope| {
+        let drain = scope.spawn(|| worker.run_until_empty().unwrap());
+        started_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        // Running: nothing on the channel yet (the handler waits for the test).
+        assert_eq!(watcher.notifications().iter().count().unwrap(), 0);
+        finish_tx.send(()).unwrap();
+        let summary = drain.join().unwrap();
+        assert_eq!(summary.succeeded, 1);
+    });
+    let woken = watcher
+        .notifications()
+        .timeout_iter(Duration::from_secs(30))
+        .next()
+        .unwrap()
+        .expect("no wake on the worker's own channel within 30 s of its stop");
+    assert_eq!(woken.channel(), channel);
+    assert_eq!(woken.payload(), "");
+}
