@@ -29,7 +29,8 @@
 //!   number of handler calls inside the window. `pgqueuer` is PgQueuer's benchmark shape:
 //!   one producer with batches of 10, claims of 10.
 //! - drain: N queued jobs processed to empty by one worker (`run_until_empty`), with
-//!   the CPU and the WAL each job cost.
+//!   the CPU and the WAL each job cost, and how long after the last handler ended the
+//!   drain returned (its tail: the last write, the claim that finds nothing, the stop).
 //! - floor: the same N jobs taken through only the writes PgQueuer's schema requires of a
 //!   job's life (claimed with its `picked` log row, then deleted with its `successful`
 //!   log row), in plain batches of 128 on one and on two connections, with no worker: the
@@ -86,6 +87,19 @@ mod common;
 mod pgbouncer;
 
 use common::{env_or, peak_rss_mib};
+
+/// When the benchmark's process started: the clock of [`LAST_HANDLER_END`].
+static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+/// When the latest handler call ended, in nanoseconds after [`EPOCH`]: a drain's tail is
+/// the time from there to `run_until_empty`'s return (the last outcomes' write, the claim
+/// that finds nothing, and the worker's stop).
+static LAST_HANDLER_END: AtomicU64 = AtomicU64::new(0);
+
+/// Nanoseconds from [`EPOCH`] to `at`.
+fn since_epoch(at: Instant) -> u64 {
+    u64::try_from(at.duration_since(*EPOCH).as_nanos()).unwrap_or(u64::MAX)
+}
 
 struct BenchDb {
     admin: Client,
@@ -239,6 +253,7 @@ fn worker(
         .batch_size(batch)
         .entrypoint(entrypoint, move |_job, _ctx| {
             counter.fetch_add(1, Ordering::Relaxed);
+            LAST_HANDLER_END.fetch_max(since_epoch(Instant::now()), Ordering::Relaxed);
             Ok(())
         })
         .build()
@@ -571,6 +586,11 @@ fn drain(
     let started = Instant::now();
     w.run_until_empty().unwrap();
     let elapsed = started.elapsed().as_secs_f64();
+    let tail = since_epoch(Instant::now()).saturating_sub(LAST_HANDLER_END.load(Ordering::Relaxed));
+    eprintln!(
+        "    drain: returned {:.1} ms after the last handler ended",
+        tail as f64 / 1e6
+    );
     let cpu = report_cpu("drain", cpu0, cpu_ticks(), jobs as u64);
     drop((w, pool));
     std::thread::sleep(Duration::from_millis(1_100));
@@ -697,6 +717,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     let _ = env_logger::try_init();
+    std::sync::LazyLock::force(&EPOCH);
     let quick = env_or("PGQ_BENCH_QUICK", 0) == 1;
     let window =
         Duration::from_secs_f64(env_or("PGQ_BENCH_WINDOW", if quick { 1.0 } else { 10.0 }));
