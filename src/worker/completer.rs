@@ -4,7 +4,8 @@
 //!
 //! Ends are written in batches: the completer writes whatever waits [`LINGER`] after the
 //! first of it arrived, in one statement, so that a burst of finished jobs costs one
-//! commit. (Each completion takes PostgreSQL's NOTIFY lock through its commit, the same
+//! commit; ends enough for a write (`outcomes::ENOUGH_TO_WRITE`, as many as piled up
+//! while the previous write ran in a drain) are written at once. (Each completion takes PostgreSQL's NOTIFY lock through its commit, the same
 //! lock every enqueue needs: fewer and larger completions leave producers more room.)
 //! Retries are written at once, since their delay runs from the write.
 //!
@@ -107,7 +108,7 @@ impl Completer<'_> {
                     writer.wake_listener();
                 }
             }
-            if open && !outcomes.urgent_waiting() {
+            if open && !outcomes.urgent_waiting() && !outcomes.enough_waiting() {
                 // One sleep for the whole wait: waking per finished job would cost more
                 // than the write.
                 std::thread::sleep(linger);

@@ -21,6 +21,11 @@ pub(crate) struct Requeue {
 /// Most outcomes written by one statement.
 pub(crate) const MAX_BATCH: usize = 500;
 
+/// Ends enough for a write to be worth its commit without lingering for more: as many as
+/// a large claim takes. They pile up this far while the previous write runs, in a drain
+/// or a busy flow; lingering then would only leave the server idle.
+pub(crate) const ENOUGH_TO_WRITE: usize = 128;
+
 /// Outcomes not yet written.
 #[derive(Default)]
 pub(crate) struct Pending {
@@ -124,6 +129,12 @@ impl Outcomes {
         !pending.requeues.is_empty() || !pending.releases.is_empty()
     }
 
+    /// True when ends enough for a write wait already ([`ENOUGH_TO_WRITE`]) and no claim
+    /// is to take them along (where claims fold ends, they wait for the next claim).
+    pub(crate) fn enough_waiting(&self) -> bool {
+        !self.fold && lock(&self.pending).ends.len() >= ENOUGH_TO_WRITE
+    }
+
     /// True when nothing waits.
     pub(crate) fn is_empty(&self) -> bool {
         lock(&self.pending).is_empty()
@@ -148,5 +159,38 @@ impl Outcomes {
         pending.ends.extend(ends);
         pending.requeues.extend(requeues);
         pending.releases.extend(releases);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Status;
+
+    fn end(id: usize) -> Outcome {
+        Outcome {
+            id: JobId::try_from(id).unwrap(),
+            status: Status::Successful,
+            traceback: None,
+        }
+    }
+
+    #[test]
+    fn a_writes_worth_of_ends_is_written_without_lingering_unless_a_claim_takes_them() {
+        let outcomes = Outcomes::new(false);
+        for id in 1..ENOUGH_TO_WRITE {
+            outcomes.finished(end(id));
+        }
+        assert!(!outcomes.enough_waiting(), "one short of a write's worth");
+        outcomes.finished(end(0));
+        assert!(outcomes.enough_waiting());
+        outcomes.take_all();
+        assert!(!outcomes.enough_waiting(), "taken");
+
+        let folding = Outcomes::new(true);
+        for id in 0..ENOUGH_TO_WRITE * 2 {
+            folding.finished(end(id));
+        }
+        assert!(!folding.enough_waiting(), "ends wait for the next claim");
     }
 }
