@@ -4,10 +4,11 @@
 //!
 //! Ends are written in batches: the completer writes whatever waits [`LINGER`] after the
 //! first of it arrived, in one statement, so that a burst of finished jobs costs one
-//! commit; ends enough for a write (`outcomes::ENOUGH_TO_WRITE`, as many as piled up
-//! while the previous write ran in a drain) are written at once. (Each completion takes PostgreSQL's NOTIFY lock through its commit, the same
-//! lock every enqueue needs: fewer and larger completions leave producers more room.)
-//! Retries are written at once, since their delay runs from the write.
+//! commit; ends enough for a write (`outcomes::ENOUGH_TO_WRITE`, as many as pile up while
+//! the previous write runs in a drain) are written at once. (Each completion takes
+//! PostgreSQL's NOTIFY lock through its commit, the same lock every enqueue needs: fewer
+//! and larger completions leave producers more room.) Retries are written at once, since
+//! their delay runs from the write.
 //!
 //! Where slots are scarce (some concurrency limit is no larger than the thread count)
 //! and reused ([`crate::WorkerBuilder::reuse_slots`]), the completer lets the dispatcher
