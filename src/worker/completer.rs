@@ -109,7 +109,7 @@ impl Completer<'_> {
                     writer.wake_listener();
                 }
             }
-            if open && !outcomes.urgent_waiting() && !outcomes.enough_waiting() {
+            if open && !outcomes.write_at_once() {
                 // One sleep for the whole wait: waking per finished job would cost more
                 // than the write.
                 std::thread::sleep(linger);

@@ -123,16 +123,14 @@ impl Outcomes {
         std::mem::take(&mut *lock(&self.pending))
     }
 
-    /// Requeues and releases are written without a linger.
-    pub(crate) fn urgent_waiting(&self) -> bool {
+    /// True when what waits is to be written without a linger: requeues and releases,
+    /// and ends enough for a write ([`ENOUGH_TO_WRITE`]) unless claims take ends along
+    /// (then they wait for the next claim).
+    pub(crate) fn write_at_once(&self) -> bool {
         let pending = lock(&self.pending);
-        !pending.requeues.is_empty() || !pending.releases.is_empty()
-    }
-
-    /// True when ends enough for a write wait already ([`ENOUGH_TO_WRITE`]) and no claim
-    /// is to take them along (where claims fold ends, they wait for the next claim).
-    pub(crate) fn enough_waiting(&self) -> bool {
-        !self.fold && lock(&self.pending).ends.len() >= ENOUGH_TO_WRITE
+        !pending.requeues.is_empty()
+            || !pending.releases.is_empty()
+            || (!self.fold && pending.ends.len() >= ENOUGH_TO_WRITE)
     }
 
     /// True when nothing waits.
@@ -181,16 +179,16 @@ mod tests {
         for id in 1..ENOUGH_TO_WRITE {
             outcomes.finished(end(id));
         }
-        assert!(!outcomes.enough_waiting(), "one short of a write's worth");
+        assert!(!outcomes.write_at_once(), "one short of a write's worth");
         outcomes.finished(end(0));
-        assert!(outcomes.enough_waiting());
+        assert!(outcomes.write_at_once());
         outcomes.take_all();
-        assert!(!outcomes.enough_waiting(), "taken");
+        assert!(!outcomes.write_at_once(), "taken");
 
         let folding = Outcomes::new(true);
         for id in 0..ENOUGH_TO_WRITE * 2 {
             folding.finished(end(id));
         }
-        assert!(!folding.enough_waiting(), "ends wait for the next claim");
+        assert!(!folding.write_at_once(), "ends wait for the next claim");
     }
 }
