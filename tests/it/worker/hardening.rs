@@ -474,6 +474,67 @@ fn a_forged_cancellation_event_stops_nothing() {
     assert_eq!(summary.cancelled, 1);
 }
 
+/// A worker's own wake channel (`pgqueuer_rs_wake_<id>`, on which its completer ends the
+/// listener's wait at a stop) is open to any role: a flood on it, at the largest payload
+/// a NOTIFY takes and with none, stops nothing and costs the listener its connection
+/// nothing. The same listener then still delivers a real cancellation to the running
+/// handler, and the worker stops as usual.
+#[test]
+fn a_flood_on_the_wake_channel_stops_nothing() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let (started_tx, started_rx) = crossbeam_channel::unbounded();
+    let (stopped_tx, stopped_rx) = crossbeam_channel::unbounded();
+    let worker = Worker::builder(pool.clone())
+        .threads(2)
+        .entrypoint("long", move |job, ctx| {
+            started_tx.send(job.id).unwrap();
+            let until = Instant::now() + Duration::from_secs(30);
+            while !ctx.is_cancelled() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            stopped_tx.send(job.id).unwrap();
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let channel = format!("pgqueuer_rs_wake_{}", worker.id().simple());
+    let worker = worker.start().unwrap();
+    let id = queue.enqueue(NewJob::new("long", Vec::new())).unwrap();
+    assert_eq!(
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        id
+    );
+    let listener = wait_listeners(&mut client, &db.name, 1, &[], Duration::from_secs(10));
+    // 7,999 bytes is the most a NOTIFY payload may carry.
+    client
+        .execute(
+            "SELECT pg_notify($1, CASE WHEN i % 2 = 0 THEN repeat('\\u0000', 1333) || 'x' ELSE '' END) \
+             FROM generate_series(1, 300) AS i",
+            &[&channel],
+        )
+        .unwrap();
+    assert!(
+        stopped_rx.try_recv().is_err(),
+        "the flood stopped the handler"
+    );
+    queue.cancel(&[id]).unwrap();
+    assert_eq!(
+        stopped_rx.recv_timeout(Duration::from_secs(30)).unwrap(),
+        id,
+        "the cancellation never reached the handler past the flood"
+    );
+    assert_eq!(
+        wait_listeners(&mut client, &db.name, 1, &[], Duration::from_secs(10)),
+        listener,
+        "the listener reconnected"
+    );
+    let summary = worker.join().unwrap();
+    assert_eq!(summary.cancelled, 1);
+}
+
 /// A job this worker runs whose heartbeat lagged past the timeout comes back from the
 /// worker's own next claim as a stale re-pick: it is left to the run under way instead
 /// of running a second time beside it.
