@@ -86,6 +86,7 @@ impl Completer<'_> {
             shutdown: self.shutdown,
             stats: self.stats,
             stopped_at: None,
+            locked_back: false,
         };
         let linger = if self.config.slots_scarce && !self.config.fold_outcomes {
             SCARCE_LINGER
@@ -142,8 +143,11 @@ impl Completer<'_> {
                 // announced.
                 self.doorbell.ring(Wake::Changed);
             }
-            let left = !outcomes.is_empty();
-            if !left {
+            // Only rows locked by another session wait for a moment before the next
+            // round; outcomes that arrived during the writes are written at once (their
+            // signal is set), or a busy worker's completer would pause after every round.
+            let locked = writer.locked_back();
+            if !locked {
                 locked_since = None;
             } else if self.shutdown.is_shutdown()
                 && locked_since.get_or_insert_with(Instant::now).elapsed() > GIVE_UP_AFTER_SHUTDOWN
@@ -169,12 +173,13 @@ impl Completer<'_> {
                 }
                 continue;
             }
-            if left {
-                // Rows locked by another session: look again in a moment (the token
-                // is set again only by new outcomes).
+            if locked {
+                // Rows locked by another session: look again in a moment (the token is
+                // set again only by new outcomes).
+                self.stats.waited_for_locked_rows();
                 std::thread::sleep(LOCKED_RETRY / 10);
                 outcomes.signal();
-            } else if !open {
+            } else if !open && outcomes.is_empty() {
                 return;
             }
         }
@@ -200,11 +205,29 @@ struct Writer<'a> {
     stats: &'a Stats,
     /// When the completer first found shutdown requested while a write failed.
     stopped_at: Option<Instant>,
+    /// This round handed outcomes back: their rows were locked by another session.
+    locked_back: bool,
 }
 
 impl Writer<'_> {
     fn outcomes(&self) -> &Outcomes {
         self.ledger.outcomes()
+    }
+
+    /// Puts back what rows locked by another session kept this round from writing, for
+    /// a later round ([`Writer::locked_back`] says so).
+    fn hand_back(&mut self, ends: Vec<Outcome>, requeues: Vec<Requeue>, releases: Vec<JobId>) {
+        if ends.is_empty() && requeues.is_empty() && releases.is_empty() {
+            return;
+        }
+        self.locked_back = true;
+        self.outcomes().hand_back(ends, requeues, releases);
+    }
+
+    /// True when this round handed outcomes back (rows locked by another session); clears
+    /// it for the next round.
+    fn locked_back(&mut self) -> bool {
+        std::mem::take(&mut self.locked_back)
     }
 
     /// Every executor has exited, so the listener is done too: wakes it from its wait
@@ -255,7 +278,7 @@ impl Writer<'_> {
                     .filter(|o| locked.contains(&o.id))
                     .cloned()
                     .collect();
-                self.outcomes().hand_back(back, Vec::new(), Vec::new());
+                self.hand_back(back, Vec::new(), Vec::new());
             }
             Attempt::Refused(e) if ends.len() > 1 => {
                 // Write the halves apart, down to the one outcome the database refuses.
@@ -303,8 +326,7 @@ impl Writer<'_> {
         });
         match attempt {
             Attempt::Done((_, locked)) if !locked.is_empty() => {
-                self.outcomes()
-                    .hand_back(vec![instead], Vec::new(), Vec::new());
+                self.hand_back(vec![instead], Vec::new(), Vec::new());
             }
             Attempt::Done(_) | Attempt::GaveUp => self.ledger.written([outcome.id]),
             Attempt::Refused(e) => {
@@ -336,7 +358,7 @@ impl Writer<'_> {
                 self.ledger.written([r.id]);
                 return owned;
             }
-            Attempt::Done(None) => self.outcomes().hand_back(Vec::new(), vec![r], Vec::new()),
+            Attempt::Done(None) => self.hand_back(Vec::new(), vec![r], Vec::new()),
             Attempt::Refused(e) => {
                 let quoted = r.traceback.to_string();
                 let instead = Outcome {
@@ -386,7 +408,7 @@ impl Writer<'_> {
                 self.stats.released(released.len());
                 self.ledger
                     .written(ids.iter().copied().filter(|id| !locked.contains(id)));
-                self.outcomes().hand_back(Vec::new(), Vec::new(), locked);
+                self.hand_back(Vec::new(), Vec::new(), locked);
             }
             Attempt::Refused(_) | Attempt::GaveUp => {
                 log::error!(

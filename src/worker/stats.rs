@@ -53,6 +53,7 @@ pub(crate) mod names {
     pub(crate) const RATE_LIMIT: &str = "pgqueuer_rate_limit_starts";
     pub(crate) const JOBS_RELEASED: &str = "pgqueuer_jobs_released_total";
     pub(crate) const WRITE_FAILURES: &str = "pgqueuer_outcome_write_failures_total";
+    pub(crate) const LOCK_WAITS: &str = "pgqueuer_outcome_lock_waits_total";
 }
 
 /// One entrypoint's figures.
@@ -154,6 +155,8 @@ pub(crate) struct Stats {
     released: Count,
     /// Statements writing outcomes that failed (each attempt counts).
     write_failures: Count,
+    /// The completer's pauses for rows another session keeps locked.
+    lock_waits: Count,
     /// The last such failure, for [`WorkerStats::last_write_failure`].
     last_write_failure: std::sync::Mutex<Option<String>>,
     /// What [`StatsHandle::health`] reads: when each loop last made progress.
@@ -194,6 +197,7 @@ impl Stats {
             idle_threads: Level::new(names::THREADS_IDLE, &[]),
             released: Count::new(names::JOBS_RELEASED, &[]),
             write_failures: Count::new(names::WRITE_FAILURES, &[]),
+            lock_waits: Count::new(names::LOCK_WAITS, &[]),
             last_write_failure: std::sync::Mutex::new(None),
             liveness: Liveness::new(),
             rates: std::sync::Mutex::new(
@@ -222,6 +226,12 @@ impl Stats {
         self.write_failures.add(1);
         self.liveness.write_failed();
         *crate::lock::lock(&self.last_write_failure) = Some(error.to_owned());
+    }
+
+    /// The completer paused before its next round: rows it was ending were locked by
+    /// another session.
+    pub(crate) fn waited_for_locked_rows(&self) {
+        self.lock_waits.add(1);
     }
 
     fn of(&self, entrypoint: &str) -> Option<&PerEntrypoint> {
@@ -413,6 +423,11 @@ fn describe() {
         Unit::Count,
         "Statements writing job outcomes that failed (each attempt counts)."
     );
+    describe_counter!(
+        names::LOCK_WAITS,
+        Unit::Count,
+        "Pauses of the outcome writer for job rows another session keeps locked."
+    );
     describe_gauge!(
         names::SLOTS_IN_USE,
         Unit::Count,
@@ -475,6 +490,10 @@ pub struct WorkerStats {
     pub outcome_write_failures: u64,
     /// The error of the last such failure.
     pub last_write_failure: Option<String>,
+    /// Times the completer paused (10 ms) before writing again because rows it was
+    /// ending were locked by another session (a `SELECT ... FOR UPDATE` left open, say).
+    /// Zero unless something else locks job rows.
+    pub outcome_lock_waits: u64,
     /// Per entrypoint, in registration order.
     pub entrypoints: Vec<EntrypointStats>,
     /// Each limited entrypoint: this worker's limit, the slots in use at the last look,
@@ -513,6 +532,7 @@ impl StatsHandle {
             running: s.running.get(),
             idle_threads: s.idle_threads.get(),
             outcome_write_failures: s.write_failures.get(),
+            outcome_lock_waits: s.lock_waits.get(),
             last_write_failure: crate::lock::lock(&s.last_write_failure).clone(),
             entrypoints: s
                 .entrypoints
