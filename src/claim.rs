@@ -10,6 +10,7 @@
 //! [`crate::Conn::plan_with_indexes`] (as the worker does), so that its plans cannot fall
 //! back to scanning the whole queue table.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use uuid::Uuid;
 
 use crate::connect::{Conn, Param};
 use crate::error::{Error, Result};
-use crate::job::{Job, JobId, Status, check_entrypoint};
+use crate::job::{Job, JobColumns, JobId, Status, check_entrypoint};
 use crate::rate::RateLimit;
 use crate::settings::Settings;
 use crate::sql::claim::{self as sql, ClaimSql, Gating};
@@ -151,8 +152,10 @@ impl Ending {
 
     /// The entries whose id is among `ids`, still aligned.
     fn only(&self, ids: &[JobId]) -> Ending {
+        // A set, not a scan per entry: a write ends up to 500 jobs.
+        let wanted: HashSet<JobId> = ids.iter().copied().collect();
         let keep: Vec<usize> = (0..self.ids.len())
-            .filter(|&i| ids.contains(&self.ids[i]))
+            .filter(|&i| wanted.contains(&self.ids[i]))
             .collect();
         Ending {
             ids: keep.iter().map(|&i| self.ids[i]).collect(),
@@ -570,6 +573,7 @@ impl Claimer {
         match query(&params) {
             Ok(rows) => {
                 let mut claim = Claim::default();
+                let at = rows.first().map(JobColumns::of).transpose()?;
                 for (i, row) in rows.iter().enumerate() {
                     if self.capacity_gated {
                         let contended: i64 = row.try_get("contended")?;
@@ -595,8 +599,10 @@ impl Claimer {
                     if ending.is_some() && i == 0 {
                         claim.ended = row.try_get("ended")?;
                     }
-                    if row.try_get::<_, Option<JobId>>("id")?.is_some() {
-                        claim.jobs.push(Job::from_row(row)?);
+                    if let Some(at) = &at
+                        && row.try_get::<_, Option<JobId>>(at.id)?.is_some()
+                    {
+                        claim.jobs.push(Job::from_row_at(row, at)?);
                     }
                 }
                 Ok(claim)
@@ -788,7 +794,9 @@ impl Claimer {
             match step(conn, &pending) {
                 Ok(rows) => {
                     let handled: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
-                    pending.retain(|id| !handled.contains(id));
+                    // A set, not a scan per id: a write ends up to 500 jobs.
+                    let gone: HashSet<JobId> = handled.iter().copied().collect();
+                    pending.retain(|id| !gone.contains(id));
                     done.extend(handled);
                 }
                 Err(Error::Db(e)) if sqlstate::classify(&e, "") == ErrorKind::Deadlock => {

@@ -28,6 +28,7 @@
 //! handed back for the next round, so one locked row holds up no other outcome. Every
 //! failed write logs at `error` and counts in `WorkerStats::outcome_write_failures`.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, select};
@@ -260,6 +261,9 @@ impl Writer<'_> {
         match attempt {
             Attempt::Done((written, locked)) => {
                 log::trace!("completed {} jobs in one statement", written.len());
+                // Sets, not a scan per outcome: a write ends up to 500 jobs.
+                let written: HashSet<JobId> = written.into_iter().collect();
+                let locked: HashSet<JobId> = locked.into_iter().collect();
                 for o in ends
                     .iter()
                     .filter(|o| !written.contains(&o.id) && !locked.contains(&o.id))
