@@ -491,8 +491,9 @@ pub struct WorkerStats {
     /// The error of the last such failure.
     pub last_write_failure: Option<String>,
     /// Times the completer paused (10 ms) before writing again because rows it was
-    /// ending were locked by another session (a `SELECT ... FOR UPDATE` left open, say).
-    /// Zero unless something else locks job rows.
+    /// ending stayed locked by another session for more than 100 ms (a `SELECT ... FOR
+    /// UPDATE` left open, say; a concurrent claim's brief lock is waited out within the
+    /// write). Zero unless something holds job rows locked that long.
     pub outcome_lock_waits: u64,
     /// Per entrypoint, in registration order.
     pub entrypoints: Vec<EntrypointStats>,
