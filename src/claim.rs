@@ -10,7 +10,6 @@
 //! [`crate::Conn::plan_with_indexes`] (as the worker does), so that its plans cannot fall
 //! back to scanning the whole queue table.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use uuid::Uuid;
 
 use crate::connect::{Conn, Param};
 use crate::error::{Error, Result};
-use crate::job::{Job, JobColumns, JobId, Status, check_entrypoint};
+use crate::job::{IdSet, Job, JobColumns, JobId, Status, check_entrypoint};
 use crate::rate::RateLimit;
 use crate::settings::Settings;
 use crate::sql::claim::{self as sql, ClaimSql, Gating};
@@ -152,10 +151,9 @@ impl Ending {
 
     /// The entries whose id is among `ids`, still aligned.
     fn only(&self, ids: &[JobId]) -> Ending {
-        // A set, not a scan per entry: a write ends up to 500 jobs.
-        let wanted: HashSet<JobId> = ids.iter().copied().collect();
+        let wanted: IdSet = ids.iter().copied().collect();
         let keep: Vec<usize> = (0..self.ids.len())
-            .filter(|&i| wanted.contains(&self.ids[i]))
+            .filter(|&i| wanted.contains(self.ids[i]))
             .collect();
         Ending {
             ids: keep.iter().map(|&i| self.ids[i]).collect(),
@@ -794,9 +792,8 @@ impl Claimer {
             match step(conn, &pending) {
                 Ok(rows) => {
                     let handled: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
-                    // A set, not a scan per id: a write ends up to 500 jobs.
-                    let gone: HashSet<JobId> = handled.iter().copied().collect();
-                    pending.retain(|id| !gone.contains(id));
+                    let gone: IdSet = handled.iter().copied().collect();
+                    pending.retain(|&id| !gone.contains(id));
                     done.extend(handled);
                 }
                 Err(Error::Db(e)) if sqlstate::classify(&e, "") == ErrorKind::Deadlock => {

@@ -158,6 +158,25 @@ impl Job {
     }
 }
 
+/// Job ids to test membership in: sorted once, each test a binary search. A write ends
+/// up to 500 jobs, and it matches them against what the database returned: a scan per id
+/// is quadratic, and hashing each id costs more than a search of a few hundred.
+pub(crate) struct IdSet(Vec<JobId>);
+
+impl FromIterator<JobId> for IdSet {
+    fn from_iter<I: IntoIterator<Item = JobId>>(ids: I) -> IdSet {
+        let mut ids: Vec<JobId> = ids.into_iter().collect();
+        ids.sort_unstable();
+        IdSet(ids)
+    }
+}
+
+impl IdSet {
+    pub(crate) fn contains(&self, id: JobId) -> bool {
+        self.0.binary_search(&id).is_ok()
+    }
+}
+
 /// Where each of `sql::JOB_COLUMNS` is in a statement's rows, found by name once (the
 /// column order of an upgraded table does not matter).
 pub(crate) struct JobColumns {
@@ -369,4 +388,22 @@ pub(crate) fn parse_status(label: &str) -> crate::Result<Status> {
     Status::parse(label).ok_or_else(|| {
         crate::Error::Unexpected(format!("unknown job status {label:?} in the database"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_set_holds_what_it_was_made_of_in_any_order() {
+        let set: IdSet = [9, 3, 7, 3, -1, 500].into_iter().collect();
+        for id in [9, 3, 7, -1, 500] {
+            assert!(set.contains(id), "{id}");
+        }
+        for id in [0, 2, 4, 8, 10, 499, 501, i64::MIN, i64::MAX] {
+            assert!(!set.contains(id), "{id}");
+        }
+        let empty: IdSet = std::iter::empty().collect();
+        assert!(!empty.contains(0));
+    }
 }

@@ -28,7 +28,6 @@
 //! handed back for the next round, so one locked row holds up no other outcome. Every
 //! failed write logs at `error` and counts in `WorkerStats::outcome_write_failures`.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, select};
@@ -43,7 +42,7 @@ use crate::claim::{Claimer, Outcome};
 use crate::connect::PooledConn;
 use crate::error::Error;
 use crate::events::{Event, Operation, TableChanged};
-use crate::job::{JobId, Status, storable_text};
+use crate::job::{IdSet, JobId, Status, storable_text};
 use crate::shutdown::ShutdownHandle;
 use crate::sqlstate;
 use crate::time::{TimeStyle, format_time};
@@ -261,12 +260,11 @@ impl Writer<'_> {
         match attempt {
             Attempt::Done((written, locked)) => {
                 log::trace!("completed {} jobs in one statement", written.len());
-                // Sets, not a scan per outcome: a write ends up to 500 jobs.
-                let written: HashSet<JobId> = written.into_iter().collect();
-                let locked: HashSet<JobId> = locked.into_iter().collect();
+                let written: IdSet = written.into_iter().collect();
+                let locked: IdSet = locked.into_iter().collect();
                 for o in ends
                     .iter()
-                    .filter(|o| !written.contains(&o.id) && !locked.contains(&o.id))
+                    .filter(|o| !written.contains(o.id) && !locked.contains(o.id))
                 {
                     log::info!(
                         "job {} finished but was no longer owned by this worker (cancelled or \
@@ -276,10 +274,10 @@ impl Writer<'_> {
                     );
                 }
                 self.ledger
-                    .written(ends.iter().map(|o| o.id).filter(|id| !locked.contains(id)));
+                    .written(ends.iter().map(|o| o.id).filter(|&id| !locked.contains(id)));
                 let back = ends
                     .iter()
-                    .filter(|o| locked.contains(&o.id))
+                    .filter(|o| locked.contains(o.id))
                     .cloned()
                     .collect();
                 self.hand_back(back, Vec::new(), Vec::new());
