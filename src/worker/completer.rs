@@ -217,11 +217,7 @@ impl Writer<'_> {
     /// Puts back what rows locked by another session kept this round from writing, for
     /// a later round ([`Writer::locked_back`] says so).
     fn hand_back(&mut self, ends: Vec<Outcome>, requeues: Vec<Requeue>, releases: Vec<JobId>) {
-        if ends.is_empty() && requeues.is_empty() && releases.is_empty() {
-            return;
-        }
-        self.locked_back = true;
-        self.outcomes().hand_back(ends, requeues, releases);
+        self.locked_back |= self.outcomes().hand_back(ends, requeues, releases);
     }
 
     /// True when this round handed outcomes back (rows locked by another session); clears

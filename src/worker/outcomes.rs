@@ -143,20 +143,22 @@ impl Outcomes {
         let _ = self.signal_tx.try_send(());
     }
 
-    /// Puts back what a write could not finish (rows locked by another session).
+    /// Puts back what a write could not finish (rows locked by another session); true
+    /// when there was any.
     pub(crate) fn hand_back(
         &self,
         ends: Vec<Outcome>,
         requeues: Vec<Requeue>,
         releases: Vec<JobId>,
-    ) {
+    ) -> bool {
         if ends.is_empty() && requeues.is_empty() && releases.is_empty() {
-            return;
+            return false;
         }
         let mut pending = lock(&self.pending);
         pending.ends.extend(ends);
         pending.requeues.extend(requeues);
         pending.releases.extend(releases);
+        true
     }
 }
 
