@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pgqueuer::{Entrypoint, Error, NewJob, Queue, Retry, RetryPolicy, Worker};
+use crossbeam_channel::Receiver;
+use pgqueuer::{Entrypoint, Error, JobId, NewJob, Pool, Queue, Retry, RetryPolicy, Worker};
 
 use super::{Gate, claiming_ahead};
 use crate::harness::{TestDb, captured, eventually, log_of, scalar, wait_listeners};
@@ -417,17 +418,12 @@ fn out_of_range_durations_are_refused_at_build() {
     }
 }
 
-/// A `cancellation_event` that any role can send does not stop a handler whose job's row
-/// still exists and is this worker's; a real `cancel` (which deletes the row) does.
-#[test]
-fn a_forged_cancellation_event_stops_nothing() {
-    let db = TestDb::new();
-    let mut client = db.client();
-    let pool = db.pool(6);
-    let queue = Queue::new(pool.clone());
+/// A two-thread worker, not yet started, whose `long` handler sends each job's id when it
+/// starts, runs until cancelled (30 s at most), then sends the id and when it stopped.
+fn cancellable_worker(pool: Pool) -> (Worker, Receiver<JobId>, Receiver<(JobId, Instant)>) {
     let (started_tx, started_rx) = crossbeam_channel::unbounded();
     let (stopped_tx, stopped_rx) = crossbeam_channel::unbounded();
-    let worker = Worker::builder(pool.clone())
+    let worker = Worker::builder(pool)
         .threads(2)
         .entrypoint("long", move |job, ctx| {
             started_tx.send(job.id).unwrap();
@@ -439,9 +435,20 @@ fn a_forged_cancellation_event_stops_nothing() {
             Ok(())
         })
         .build()
-        .unwrap()
-        .start()
         .unwrap();
+    (worker, started_rx, stopped_rx)
+}
+
+/// A `cancellation_event` that any role can send does not stop a handler whose job's row
+/// still exists and is this worker's; a real `cancel` (which deletes the row) does.
+#[test]
+fn a_forged_cancellation_event_stops_nothing() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let (worker, started_rx, stopped_rx) = cancellable_worker(pool);
+    let worker = worker.start().unwrap();
     let id = queue.enqueue(NewJob::new("long", Vec::new())).unwrap();
     assert_eq!(
         started_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
@@ -485,21 +492,7 @@ fn a_flood_on_the_wake_channel_stops_nothing() {
     let mut client = db.client();
     let pool = db.pool(6);
     let queue = Queue::new(pool.clone());
-    let (started_tx, started_rx) = crossbeam_channel::unbounded();
-    let (stopped_tx, stopped_rx) = crossbeam_channel::unbounded();
-    let worker = Worker::builder(pool.clone())
-        .threads(2)
-        .entrypoint("long", move |job, ctx| {
-            started_tx.send(job.id).unwrap();
-            let until = Instant::now() + Duration::from_secs(30);
-            while !ctx.is_cancelled() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            stopped_tx.send(job.id).unwrap();
-            Ok(())
-        })
-        .build()
-        .unwrap();
+    let (worker, started_rx, stopped_rx) = cancellable_worker(pool);
     let channel = format!("pgqueuer_rs_wake_{}", worker.id().simple());
     let worker = worker.start().unwrap();
     let id = queue.enqueue(NewJob::new("long", Vec::new())).unwrap();
@@ -522,7 +515,7 @@ fn a_flood_on_the_wake_channel_stops_nothing() {
     );
     queue.cancel(&[id]).unwrap();
     assert_eq!(
-        stopped_rx.recv_timeout(Duration::from_secs(30)).unwrap(),
+        stopped_rx.recv_timeout(Duration::from_secs(30)).unwrap().0,
         id,
         "the cancellation never reached the handler past the flood"
     );
