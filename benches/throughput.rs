@@ -11,8 +11,9 @@
 //!   `PGQ_BENCH_DRAIN_BATCH` says otherwise, as large a batch); `PGQ_BENCH_FLOOR_BATCH`
 //!   the floor's batch (default 128), `PGQ_BENCH_FLOOR_CONNECTIONS` further connection
 //!   counts for the floor with the log rows (say `3,4`; it always runs 1 and 2);
+//!   `PGQ_BENCH_PAIRS` the drain-floor shape's pairs (default 5, 1 when quick);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of
-//!   `flow,drain,floor,limits,limits-drain,rates,latency,tls,memory,pgbouncer`,
+//!   `flow,drain,floor,drain-floor,limits,limits-drain,rates,latency,tls,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
 //!   (`pgqueuer`: PgQueuer's shape only);
 //! - `PGQ_BENCH_QUICK=1` a tiny pass (1 s windows, 2,000 drain jobs) for CI;
@@ -36,6 +37,12 @@
 //!   log row), in plain batches of 128 on one and on two connections, with no worker: the
 //!   server's least cost per job, against which the drain is measured. Once more without
 //!   the log rows, to show what they cost.
+//! - drain-floor: the 128-thread drain (or `PGQ_BENCH_DRAIN_THREADS`) and the
+//!   two-connection floor, alternately, in pairs (one pair's drain first, the next's
+//!   floor), each pair's ratio printed and their median recorded. On a machine whose
+//!   speed wanders within seconds (the floor alone has read 34,000 to 63,000 jobs/s
+//!   within an hour), one drain against one floor says little; the median of pairs run
+//!   back to back is the figure the drain's target is read from.
 //! - limits: the PgQueuer flow with the entrypoint limited to 10, 1,000 and 5,000.
 //! - limits-drain: the same limits in a drain (16 threads claiming 10), where no producer
 //!   competes with the worker for the machine's two cores. A binding limit (no more than
@@ -724,7 +731,8 @@ fn main() {
     let drain_jobs: usize = env_or("PGQ_BENCH_DRAIN_JOBS", if quick { 2_000 } else { 50_000 });
     let shapes: String = env_or(
         "PGQ_BENCH_SHAPES",
-        "flow,drain,floor,limits,limits-drain,rates,latency,tls,memory,pgbouncer".to_owned(),
+        "flow,drain,floor,drain-floor,limits,limits-drain,rates,latency,tls,memory,pgbouncer"
+            .to_owned(),
     );
     let wants = |s: &str| shapes.split(',').any(|x| x.trim() == s);
     let durability = match std::env::var("PGQ_BENCH_DURABILITY") {
@@ -909,6 +917,42 @@ fn main() {
                 note,
             );
         }
+    }
+    if wants("drain-floor") {
+        let threads: usize = env_or("PGQ_BENCH_DRAIN_THREADS", 128);
+        let batch: usize = env_or("PGQ_BENCH_DRAIN_BATCH", threads);
+        let pairs: usize = env_or("PGQ_BENCH_PAIRS", if quick { 1 } else { 5 });
+        let mut ratios = Vec::with_capacity(pairs);
+        for pair in 0..pairs.max(1) {
+            // Alternate which runs first, so that a machine slowing down (or speeding up)
+            // through the run favors neither.
+            let run_drain = || drain(&db, drain_jobs, threads, batch, 0).0;
+            let run_floor = || floor(&db, drain_jobs, 128, 2, true).0;
+            let (drained, floored) = if pair % 2 == 0 {
+                let d = run_drain();
+                (d, run_floor())
+            } else {
+                let f = run_floor();
+                (run_drain(), f)
+            };
+            eprintln!(
+                "    pair {}: drain {drained:.0}, floor {floored:.0} jobs/s: {:.2}",
+                pair + 1,
+                drained / floored
+            );
+            ratios.push(drained / floored);
+        }
+        let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        ratios.sort_by(f64::total_cmp);
+        record(
+            format!(
+                "drain {drain_jobs} ({threads} thr, batch {batch}) / floor (2 conn), median of {}",
+                ratios.len()
+            ),
+            ratios[ratios.len() / 2],
+            "ratio",
+            format!("target >= 0.85; pairs {}", listed.join(", ")),
+        );
     }
     if wants("limits-drain") {
         // The limits without a producer competing for the machine: a drain of queued

@@ -754,6 +754,46 @@ pub(crate) fn queue_complete_many(s: &Settings) -> String {
     format!("WITH\n{}\nSELECT job_id FROM log_end", ctes.join(",\n"))
 }
 
+/// How long [`queue_complete_plain`] waits for a row lock before it gives up (SQLSTATE
+/// 55P03), leaving the outcomes to [`queue_complete_many`]. A concurrent claim holds a
+/// lock on one of our rows for the rest of its statement (it locked the row while it was
+/// queued in its snapshot), a few milliseconds; a row locked longer is another session's,
+/// and must not hold up the outcomes beside it.
+pub(crate) const PLAIN_END_LOCK_TIMEOUT_MS: u32 = 50;
+
+/// Ends successful claims the plain way: deletes the rows of `$1` (ids) this worker
+/// (`$2`) owns and that hold no slot, and logs each as `successful`. Returns the logged
+/// ids; the others (rows holding a slot, locked, or changed meanwhile) are for
+/// [`queue_complete_many`].
+///
+/// [`queue_complete_many`] probes and locks each row with `SKIP LOCKED` before it deletes
+/// it, so that it never waits for a row lock: a claim that locked one of our rows may
+/// itself be waiting, in the slot index's uniqueness check, for the transaction that
+/// deletes a row holding a slot. Without a slot among the rows this statement deletes,
+/// no claim can be waiting for it, so it may wait, and the lock step (its own heap
+/// write and WAL record per row), the per-row probe and the outcome arrays cost nothing.
+/// Waits are bounded all the same (`lock_timeout`, set for this transaction only,
+/// before the first row is deleted), so that a row another session keeps locked fails
+/// this statement quickly instead of holding up the rest.
+///
+/// Plan: `id = ANY($1)` is read through the primary key (the owner test is written so
+/// that no index can serve it, as in [`owned_rows`]; `slot IS NULL` matches no partial
+/// index). A row changed between the statement's snapshot and the deletion is
+/// re-checked against the owner, and left alone when another worker has re-picked it.
+pub(crate) fn queue_complete_plain(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let log = s.qualify(&s.queue_table_log);
+    format!(
+        "WITH\ndeleted AS (\n    DELETE FROM {queue}\n    \
+         WHERE id = ANY($1::bigint[]) AND queue_manager_id IS NOT DISTINCT FROM $2::uuid AND slot IS NULL\n      \
+         AND (SELECT set_config('lock_timeout', '{PLAIN_END_LOCK_TIMEOUT_MS}ms', true)) IS NOT NULL\n    \
+         RETURNING id, entrypoint, priority\n),\n\
+         log_end AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
+         SELECT id, 'successful', entrypoint, priority FROM deleted\n    RETURNING job_id\n)\n\
+         SELECT job_id FROM log_end"
+    )
+}
+
 /// Refreshes the heartbeat of the rows this worker owns. `$1` ids, `$2` the worker id.
 /// Returns the refreshed ids.
 pub(crate) fn queue_heartbeat_many(s: &Settings) -> String {

@@ -107,6 +107,7 @@ pub(crate) fn per_job_statements(s: &Settings) -> Vec<String> {
     }
     out.extend([
         claim::queue_complete_many(s),
+        claim::queue_complete_plain(s),
         claim::queue_heartbeat_many(s),
         claim::queue_retry(s),
         claim::queue_release_many(s),

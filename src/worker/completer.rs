@@ -87,6 +87,7 @@ impl Completer<'_> {
             stats: self.stats,
             stopped_at: None,
             locked_back: false,
+            careful: false,
         };
         let linger = if self.config.slots_scarce && !self.config.fold_outcomes {
             SCARCE_LINGER
@@ -147,6 +148,7 @@ impl Completer<'_> {
             // round; outcomes that arrived during the writes are written at once (their
             // signal is set), or a busy worker's completer would pause after every round.
             let locked = writer.locked_back();
+            writer.careful = locked;
             if !locked {
                 locked_since = None;
             } else if self.shutdown.is_shutdown()
@@ -207,6 +209,10 @@ struct Writer<'a> {
     stopped_at: Option<Instant>,
     /// This round handed outcomes back: their rows were locked by another session.
     locked_back: bool,
+    /// The last round handed outcomes back: until a round hands none back, ends skip the
+    /// plain statement, which would wait out its lock timeout on those rows each round
+    /// (see [`Claimer::complete_within`]).
+    careful: bool,
 }
 
 impl Writer<'_> {
@@ -250,8 +256,9 @@ impl Writer<'_> {
     /// Writes ends in one statement; the rows written, or no longer ours, are no longer
     /// owned afterwards, and rows locked by others come back for the next round.
     fn ends(&mut self, ends: &[Outcome]) {
+        let plain = !self.careful;
         let attempt = self.attempt("outcomes", |claimer, c| {
-            claimer.complete_within(c, ends, LOCKED_RETRY)
+            claimer.complete_within(c, ends, LOCKED_RETRY, plain)
         });
         match attempt {
             Attempt::Done((written, locked)) => {
@@ -320,7 +327,7 @@ impl Writer<'_> {
             status.as_str()
         );
         let attempt = self.attempt("a refused outcome's replacement", |claimer, c| {
-            claimer.complete_within(c, std::slice::from_ref(&instead), LOCKED_RETRY)
+            claimer.complete_within(c, std::slice::from_ref(&instead), LOCKED_RETRY, false)
         });
         match attempt {
             Attempt::Done((_, locked)) if !locked.is_empty() => {

@@ -6,6 +6,7 @@
 use pgqueuer::postgres::Client;
 use pgqueuer::{Outcome, Status};
 
+mod ending;
 mod order;
 mod plans;
 mod stress;
