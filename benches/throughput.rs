@@ -922,12 +922,13 @@ fn main() {
         let threads: usize = env_or("PGQ_BENCH_DRAIN_THREADS", 128);
         let batch: usize = env_or("PGQ_BENCH_DRAIN_BATCH", threads);
         let pairs: usize = env_or("PGQ_BENCH_PAIRS", if quick { 1 } else { 5 });
+        let floor_batch: i32 = env_or("PGQ_BENCH_FLOOR_BATCH", 128);
         let mut ratios = Vec::with_capacity(pairs);
         for pair in 0..pairs.max(1) {
             // Alternate which runs first, so that a machine slowing down (or speeding up)
             // through the run favors neither.
             let run_drain = || drain(&db, drain_jobs, threads, batch, 0).0;
-            let run_floor = || floor(&db, drain_jobs, 128, 2, true).0;
+            let run_floor = || floor(&db, drain_jobs, floor_batch, 2, true).0;
             let (drained, floored) = if pair % 2 == 0 {
                 let d = run_drain();
                 (d, run_floor())
