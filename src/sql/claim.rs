@@ -1002,5 +1002,8 @@ mod tests {
         assert!(sql.contains("myq.app_pgqueuer "));
         assert!(sql.contains("INSERT INTO myq.app_pgqueuer_log "));
         assert!(!sql.contains(" pgqueuer "));
+        let plain = queue_complete_plain(&s);
+        assert!(plain.contains("DELETE FROM myq.app_pgqueuer\n"));
+        assert!(plain.contains("INSERT INTO myq.app_pgqueuer_log "));
     }
 }

@@ -178,3 +178,47 @@ fn a_long_row_lock_holds_up_no_other_outcome_of_a_plain_ending() {
     });
     assert_ended_once(&mut client, &ids, "successful");
 }
+
+/// The plain statement writes to the queue's own objects under a prefix and a schema (its
+/// `successful` is the prefixed status type's).
+#[test]
+fn a_prefixed_queue_in_a_schema_ends_plainly() {
+    let db = TestDb::new();
+    let settings = pgqueuer::Settings::with_prefix("app_").schema("myq");
+    let mut client = db.client();
+    pgqueuer::upgrade_with(&mut client, &settings).unwrap();
+    let pool = db.pool(1);
+    let queue = pgqueuer::Queue::with_settings(pool.clone(), &settings).unwrap();
+    let ids = queue
+        .enqueue_many(&[
+            pgqueuer::NewJob::new("own", Vec::new()),
+            pgqueuer::NewJob::new("own", Vec::new()),
+        ])
+        .unwrap();
+    let claimer = Claimer::builder()
+        .settings(&settings)
+        .entrypoint("own", 0)
+        .build()
+        .unwrap();
+    let mut conn = pool.get().unwrap();
+    assert_eq!(claimer.claim(&mut conn, 2).unwrap().jobs.len(), 2);
+    assert_eq!(
+        claimer
+            .complete(&mut conn, &success(ids.clone()))
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(endings_prepared(&mut conn), (true, false));
+    assert_eq!(
+        scalar::<i64>(
+            &mut client,
+            "SELECT count(*) FROM myq.app_pgqueuer_log WHERE status = 'successful'"
+        ),
+        2
+    );
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT count(*) FROM myq.app_pgqueuer"),
+        0
+    );
+}
