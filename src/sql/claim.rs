@@ -770,8 +770,8 @@ pub(crate) const PLAIN_END_LOCK_TIMEOUT_MS: u32 = 50;
 /// it, so that it never waits for a row lock: a claim that locked one of our rows may
 /// itself be waiting, in the slot index's uniqueness check, for the transaction that
 /// deletes a row holding a slot. Without a slot among the rows this statement deletes,
-/// no claim can be waiting for it, so it may wait, and the lock step (its own heap
-/// write and WAL record per row), the per-row probe and the outcome arrays cost nothing.
+/// no claim can be waiting for it, so it may wait, and it does without the lock step (a
+/// heap write and a WAL record per row), the per-row probe and the outcome arrays.
 /// Waits are bounded all the same (`lock_timeout`, set for this transaction only,
 /// before the first row is deleted), so that a row another session keeps locked fails
 /// this statement quickly instead of holding up the rest.
