@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, select};
+use crossbeam_channel::Sender;
 
 use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
@@ -130,24 +130,12 @@ pub(crate) struct Lead<'a> {
     _dispatching: Sender<()>,
 }
 
-/// What the second lane waits on.
+/// What the second lane waits on (it is woken through the doorbell,
+/// [`Doorbell::wake_lane`]).
+#[derive(Default)]
 pub(crate) struct SecondLane {
     /// The last claim took a full batch with threads to spare: the second lane claims.
     batch_bound: AtomicBool,
-    /// Wakes the second lane when claims become batch-bound.
-    wake_tx: Sender<()>,
-    wake_rx: Receiver<()>,
-}
-
-impl Default for SecondLane {
-    fn default() -> Self {
-        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
-        SecondLane {
-            batch_bound: AtomicBool::new(false),
-            wake_tx,
-            wake_rx,
-        }
-    }
 }
 
 /// What a step of the primary lane leaves the loop to do.
@@ -562,26 +550,35 @@ impl<'a> Dispatcher<'a> {
         self.ledger.room() >= self.ledger.enough(self.config.batch_size)
     }
 
-    /// The second lane: claims while claims come back full batches.
+    /// The second lane: claims while claims come back full batches. It waits for room as
+    /// the primary lane does, woken by the executor that frees enough, so that its claims
+    /// overlap the primary lane's rather than wait for the next of them.
     pub(crate) fn run_second(&self) {
         let config = self.config;
         let mut conn = LoopConn::new(&config.pool);
         let mut shift = (self.slot_shift + 0.5).fract();
         loop {
-            select! {
-                recv(self.second.wake_rx) -> _ => {},
-                recv(self.shutdown.receiver()) -> _ => {
-                    self.release_unstarted();
-                    return;
-                }
+            let woken = self.doorbell.lane_wait(self.shutdown);
+            if !woken {
+                self.doorbell.lane_wants_room(0);
+                self.release_unstarted();
+                return;
             }
-            while !self.shutdown.is_shutdown()
-                && self.second.batch_bound.load(Ordering::SeqCst)
-                && self.room_for_a_claim()
-            {
+            self.doorbell.lane_wants_room(0);
+            while !self.shutdown.is_shutdown() && self.second.batch_bound.load(Ordering::SeqCst) {
+                if !self.room_for_a_claim() {
+                    // Announced before the room is looked at again, so that an executor
+                    // freeing it meanwhile wakes the lane.
+                    self.doorbell
+                        .lane_wants_room(self.ledger.enough(config.batch_size));
+                    if !self.room_for_a_claim() {
+                        break;
+                    }
+                    self.doorbell.lane_wants_room(0);
+                }
                 let take = self.ledger.reserve(config.batch_size);
                 if take == 0 {
-                    break;
+                    continue;
                 }
                 match self.claim(&mut conn, &mut shift, take, false) {
                     Ok(claim) => {
@@ -663,7 +660,13 @@ impl<'a> Dispatcher<'a> {
         let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
         self.ledger.after_claim(outcomes, written);
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
-        self.ledger.unreserve(take - taken);
+        if taken < take {
+            self.ledger.unreserve(take - taken);
+            // Room given back frees no thread, so no executor says so: the other lane
+            // may be waiting for it.
+            self.doorbell
+                .thread_freed(self.ledger.room(), self.ledger.most_room());
+        }
         if let (Ok(claim), Some(claimer)) = (&claimed, &claimer) {
             *shift = next_shift(*shift, claimer, claim);
         }
@@ -751,7 +754,7 @@ impl<'a> Dispatcher<'a> {
     /// Wakes the second lane if claims come back full and there is room for another.
     fn wake_second_lane(&self) {
         if self.second.batch_bound.load(Ordering::SeqCst) && self.room_for_a_claim() {
-            let _ = self.second.wake_tx.try_send(());
+            self.doorbell.wake_lane();
         }
     }
 

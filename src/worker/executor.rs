@@ -86,7 +86,8 @@ impl Executor<'_> {
             }
         }
         self.doorbell.ring_if_wanted(Wake::Outcomes);
-        self.doorbell.thread_freed(self.ledger.room());
+        self.doorbell
+            .thread_freed(self.ledger.room(), self.ledger.most_room());
     }
 
     /// Runs the handler (in its trace span, when the job carries a trace context) and

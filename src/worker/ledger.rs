@@ -57,6 +57,11 @@ impl Ledger {
         self.room.room()
     }
 
+    /// The most room there can be now (see [`Room::most`]).
+    pub(crate) fn most_room(&self) -> usize {
+        self.room.most()
+    }
+
     /// The least room worth a claim of up to `batch`.
     pub(crate) fn enough(&self, batch: usize) -> usize {
         self.room.enough(batch)

@@ -107,6 +107,13 @@ impl Room {
         self.usable(self.room.load(Ordering::SeqCst))
     }
 
+    /// The most room there can be now: every thread idle, plus the allowance in force.
+    /// A wait for more than this (asked for while the allowance was in force, say) would
+    /// never end: see [`super::doorbell::Doorbell::thread_freed`].
+    pub(crate) fn most(&self) -> usize {
+        self.full - self.ahead + self.ahead_now()
+    }
+
     /// The least room worth a claim of up to `batch`: one idle thread, or, claiming
     /// ahead, a whole batch (a thread coming back then takes a waiting job; claiming for
     /// it alone would pay a commit for one job).

@@ -239,3 +239,45 @@ impl Seen {
             .unwrap();
     }
 }
+
+/// A dispatcher waiting for room to claim a batch ahead is woken once every thread is
+/// free, even when the allowance for jobs claimed ahead lapsed during the wait (a handler
+/// ran long), so that the room it waited for can no longer come. Four threads, batches of
+/// ten and a two-minute dequeue timeout: after a first claim of four short jobs the worker
+/// claims ten, four of which sleep 30 ms; while they run the dispatcher waits for room for
+/// ten; the sleeps push the running average of handler times past the allowance's 1 ms,
+/// and when the last job ends four is all the room there is. The drain of the 24 jobs must
+/// end in well under the two minutes a wait for the dequeue timeout would take (it did
+/// take them before the wake was mended). Several rounds: the batches' order depends on
+/// timing.
+#[test]
+fn a_wait_for_room_ends_when_the_allowance_ahead_lapses_meanwhile() {
+    let db = TestDb::new();
+    for round in 0..3 {
+        let queue = Queue::new(db.pool(1));
+        for (name, n) in [("short", 4), ("long", 4), ("short", 16)] {
+            let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::without_payload(name)).collect();
+            queue.enqueue_many(&jobs).unwrap();
+        }
+        let worker = Worker::builder(db.pool(3))
+            .threads(4)
+            .batch_size(10)
+            .dequeue_timeout(Duration::from_secs(120))
+            .entrypoint("short", |_job, _ctx| Ok(()))
+            .entrypoint("long", |_job, _ctx| {
+                std::thread::sleep(Duration::from_millis(30));
+                Ok(())
+            })
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let summary = worker.run_until_empty().unwrap();
+        let took = started.elapsed();
+        assert_eq!(summary.succeeded, 24, "round {round}");
+        assert!(
+            took < Duration::from_secs(60),
+            "round {round}: the drain took {took:?}: the dispatcher waited for room that \
+             could not come until the dequeue timeout"
+        );
+    }
+}
