@@ -316,9 +316,9 @@ fn flow_on(
     // theirs, so the shared pool may have none to spare for the meter.
     let meter = db.pool(1);
     let counter = Arc::new(AtomicU64::new(0));
-    let running = worker(&pool, threads, batch, limit, &counter)
-        .start()
-        .unwrap();
+    let w = worker(&pool, threads, batch, limit, &counter);
+    let stats = w.stats_handle();
+    let running = w.start().unwrap();
     let stop = AtomicBool::new(false);
     let (rate, cpu) = std::thread::scope(|scope| {
         // Should the measuring below panic, the producers stop, so that the scope can
@@ -340,16 +340,19 @@ fn flow_on(
         }
         std::thread::sleep(Duration::from_secs(2));
         let commits0 = db_commits(&meter);
+        let claims0 = stats.snapshot().claims;
         let (c0, t0, cpu0) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
         std::thread::sleep(window);
         let (c1, t1, cpu1) = (counter.load(Ordering::Relaxed), Instant::now(), cpu_ticks());
+        let claims = stats.snapshot().claims - claims0;
         let commits = db_commits(&meter) - commits0;
         stop.store(true, Ordering::Relaxed);
         let cpu = report_cpu("flow", cpu0, cpu1, c1 - c0);
         // Statistics reach pg_stat_database about once a second: roughly the window's.
         eprintln!(
-            "    flow: {:.3} commits per job",
-            commits as f64 / (c1 - c0).max(1) as f64
+            "    flow: {:.3} commits per job; {claims} claims, {:.1} jobs per claim",
+            commits as f64 / (c1 - c0).max(1) as f64,
+            (c1 - c0) as f64 / claims.max(1) as f64
         );
         ((c1 - c0) as f64 / (t1 - t0).as_secs_f64(), cpu)
     });

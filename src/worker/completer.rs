@@ -112,9 +112,9 @@ impl Completer<'_> {
                 }
             }
             if open && !outcomes.write_at_once() {
-                // One wait for the whole linger: waking per finished job would cost more
+                // One sleep for the whole wait: waking per finished job would cost more
                 // than the write.
-                outcomes.linger(linger);
+                std::thread::sleep(linger);
             }
             // Everything waiting now; what comes during the writes is the next signal's.
             let Pending {

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender, select};
 
 use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
@@ -130,12 +130,24 @@ pub(crate) struct Lead<'a> {
     _dispatching: Sender<()>,
 }
 
-/// What the second lane waits on (it is woken through the doorbell,
-/// [`Doorbell::wake_lane`]).
-#[derive(Default)]
+/// What the second lane waits on.
 pub(crate) struct SecondLane {
     /// The last claim took a full batch with threads to spare: the second lane claims.
     batch_bound: AtomicBool,
+    /// Wakes the second lane when claims become batch-bound.
+    wake_tx: Sender<()>,
+    wake_rx: Receiver<()>,
+}
+
+impl Default for SecondLane {
+    fn default() -> Self {
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        SecondLane {
+            batch_bound: AtomicBool::new(false),
+            wake_tx,
+            wake_rx,
+        }
+    }
 }
 
 /// What a step of the primary lane leaves the loop to do.
@@ -550,35 +562,26 @@ impl<'a> Dispatcher<'a> {
         self.ledger.room() >= self.ledger.enough(self.config.batch_size)
     }
 
-    /// The second lane: claims while claims come back full batches. It waits for room as
-    /// the primary lane does, woken by the executor that frees enough, so that its claims
-    /// overlap the primary lane's rather than wait for the next of them.
+    /// The second lane: claims while claims come back full batches.
     pub(crate) fn run_second(&self) {
         let config = self.config;
         let mut conn = LoopConn::new(&config.pool);
         let mut shift = (self.slot_shift + 0.5).fract();
         loop {
-            let woken = self.doorbell.lane_wait(self.shutdown);
-            if !woken {
-                self.doorbell.lane_wants_room(0);
-                self.release_unstarted();
-                return;
-            }
-            self.doorbell.lane_wants_room(0);
-            while !self.shutdown.is_shutdown() && self.second.batch_bound.load(Ordering::SeqCst) {
-                if !self.room_for_a_claim() {
-                    // Announced before the room is looked at again, so that an executor
-                    // freeing it meanwhile wakes the lane.
-                    self.doorbell
-                        .lane_wants_room(self.ledger.enough(config.batch_size));
-                    if !self.room_for_a_claim() {
-                        break;
-                    }
-                    self.doorbell.lane_wants_room(0);
+            select! {
+                recv(self.second.wake_rx) -> _ => {},
+                recv(self.shutdown.receiver()) -> _ => {
+                    self.release_unstarted();
+                    return;
                 }
+            }
+            while !self.shutdown.is_shutdown()
+                && self.second.batch_bound.load(Ordering::SeqCst)
+                && self.room_for_a_claim()
+            {
                 let take = self.ledger.reserve(config.batch_size);
                 if take == 0 {
-                    continue;
+                    break;
                 }
                 match self.claim(&mut conn, &mut shift, take, false) {
                     Ok(claim) => {
@@ -662,10 +665,14 @@ impl<'a> Dispatcher<'a> {
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         if taken < take {
             self.ledger.unreserve(take - taken);
-            // Room given back frees no thread, so no executor says so: the other lane
-            // may be waiting for it.
-            self.doorbell
-                .thread_freed(self.ledger.room(), self.ledger.most_room());
+            let (room, most) = (self.ledger.room(), self.ledger.most_room());
+            if room >= most {
+                // Every thread is idle and no job waits or is reserved for: no executor
+                // will say that room is free, and the primary lane may be waiting for the
+                // room the second lane's claim held. (Otherwise the next job to end says
+                // so: ringing now would only claim sooner, for fewer jobs.)
+                self.doorbell.thread_freed(room, most);
+            }
         }
         if let (Ok(claim), Some(claimer)) = (&claimed, &claimer) {
             *shift = next_shift(*shift, claimer, claim);
@@ -754,7 +761,7 @@ impl<'a> Dispatcher<'a> {
     /// Wakes the second lane if claims come back full and there is room for another.
     fn wake_second_lane(&self) {
         if self.second.batch_bound.load(Ordering::SeqCst) && self.room_for_a_claim() {
-            self.doorbell.wake_lane();
+            let _ = self.second.wake_tx.try_send(());
         }
     }
 

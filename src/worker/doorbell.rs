@@ -46,27 +46,17 @@ pub(crate) struct Doorbell {
     threads_wanted: AtomicUsize,
     token_tx: Sender<()>,
     token_rx: Receiver<()>,
-    /// The room the second claim lane waits for, 0 while it waits for none (see
-    /// [`Doorbell::lane_wants_room`]).
-    lane_room: AtomicUsize,
-    /// Wakes the second lane: claims turned batch-bound, or the room it waits for came.
-    lane_tx: Sender<()>,
-    lane_rx: Receiver<()>,
 }
 
 impl Doorbell {
     pub(crate) fn new() -> Doorbell {
         let (token_tx, token_rx) = crossbeam_channel::bounded(1);
-        let (lane_tx, lane_rx) = crossbeam_channel::bounded(1);
         Doorbell {
             pending: AtomicU8::new(0),
             wanted: AtomicU8::new(0),
             threads_wanted: AtomicUsize::new(1),
             token_tx,
             token_rx,
-            lane_room: AtomicUsize::new(0),
-            lane_tx,
-            lane_rx,
         }
     }
 
@@ -84,48 +74,15 @@ impl Doorbell {
     }
 
     /// Says that `free` is the room for jobs now (an executor finished a job, or a claim
-    /// gave back room it did not fill), of `most` there can be now (see
-    /// `Room::most`). Rings [`Wake::ThreadFree`] if the dispatcher waits for threads and
-    /// `free` is as many as it waits for ([`Doorbell::want_threads`]), or as many as
-    /// there can be: the allowance for jobs claimed ahead may have lapsed since the wait
-    /// began (a handler ran long), and a wait for room that cannot come would last until
-    /// the dequeue timeout. Wakes the second lane likewise if it waits for room
-    /// ([`Doorbell::lane_wants_room`]).
+    /// gave back room it did not fill), of `most` there can be now (see `Room::most`).
+    /// Rings [`Wake::ThreadFree`] if the dispatcher waits for threads and `free` is as
+    /// many as it waits for ([`Doorbell::want_threads`]), or as many as there can be: the
+    /// allowance for jobs claimed ahead may have lapsed since the wait began (a handler
+    /// ran long), and a wait for room that cannot come would last until the dequeue
+    /// timeout.
     pub(crate) fn thread_freed(&self, free: usize, most: usize) {
         if free >= self.threads_wanted.load(Ordering::SeqCst).min(most) {
             self.ring_if_wanted(Wake::ThreadFree);
-        }
-        let lane = self.lane_room.load(Ordering::SeqCst);
-        if lane != 0
-            && free >= lane.min(most)
-            && self
-                .lane_room
-                .compare_exchange(lane, 0, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        {
-            self.wake_lane();
-        }
-    }
-
-    /// Wakes the second lane (claims are batch-bound, or the room it waits for came).
-    pub(crate) fn wake_lane(&self) {
-        let _ = self.lane_tx.try_send(());
-    }
-
-    /// Says that the second lane, its claims batch-bound, waits for room for `n` jobs
-    /// (0: for none): the executor that frees that much wakes it. Without this the lane
-    /// would wait for the primary lane's next claim, and its claims would alternate with
-    /// the primary's instead of overlapping them.
-    pub(crate) fn lane_wants_room(&self, n: usize) {
-        self.lane_room.store(n, Ordering::SeqCst);
-    }
-
-    /// The second lane's sleep: until woken ([`Doorbell::wake_lane`]) or shutdown;
-    /// false on shutdown.
-    pub(crate) fn lane_wait(&self, shutdown: &ShutdownHandle) -> bool {
-        select! {
-            recv(self.lane_rx) -> _ => true,
-            recv(shutdown.receiver()) -> _ => false,
         }
     }
 
@@ -180,29 +137,6 @@ mod tests {
     }
 
     #[test]
-    fn the_second_lane_is_woken_once_the_room_it_waits_for_is_free() {
-        let bell = Doorbell::new();
-        bell.thread_freed(500, 500);
-        assert!(bell.lane_rx.is_empty(), "the lane waits for no room");
-        bell.lane_wants_room(64);
-        bell.thread_freed(63, 500);
-        assert!(bell.lane_rx.is_empty(), "one job's room short");
-        bell.thread_freed(64, 500);
-        assert_eq!(bell.lane_rx.len(), 1);
-        assert_eq!(
-            bell.lane_room.load(Ordering::SeqCst),
-            0,
-            "the wait is over: later frees wake nothing more"
-        );
-        let (shutdown, _stopped) = ShutdownHandle::new();
-        assert!(bell.lane_wait(&shutdown));
-        bell.thread_freed(65, 500);
-        assert!(bell.lane_rx.is_empty());
-        shutdown.shutdown();
-        assert!(!bell.lane_wait(&shutdown), "shutdown ends the lane's wait");
-    }
-
-    #[test]
     fn a_wait_for_more_room_than_there_can_be_ends_once_all_there_is_is_free() {
         let bell = Doorbell::new();
         bell.want(&[Wake::ThreadFree]);
@@ -218,12 +152,5 @@ mod tests {
         assert!(!bell.is_pending(Wake::ThreadFree), "a thread still busy");
         bell.thread_freed(4, 4);
         assert!(bell.is_pending(Wake::ThreadFree));
-        bell.lane_wants_room(10);
-        bell.thread_freed(4, 4);
-        assert_eq!(
-            bell.lane_rx.len(),
-            1,
-            "the second lane's wait ends likewise"
-        );
     }
 }

@@ -1,7 +1,7 @@
 //! Outcomes of finished jobs waiting to be written: what executors leave for the
 //! completer (and, where slots are scarce and reused, for the dispatcher's next claim).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -50,10 +50,6 @@ pub(crate) struct Outcomes {
     /// Tells the completer that outcomes wait (a token; several coalesce).
     signal_tx: Sender<()>,
     pub(crate) signal_rx: Receiver<()>,
-    /// Tells a lingering completer that what waits is to be written at once (see
-    /// [`Outcomes::linger`]).
-    enough_tx: Sender<()>,
-    enough_rx: Receiver<()>,
     /// Claims take ends along (see the module docs).
     fold: bool,
 }
@@ -62,58 +58,30 @@ impl Outcomes {
     /// Outcomes for a worker whose claims take ends along when `fold`.
     pub(crate) fn new(fold: bool) -> Outcomes {
         let (signal_tx, signal_rx) = crossbeam_channel::bounded(1);
-        let (enough_tx, enough_rx) = crossbeam_channel::bounded(1);
         Outcomes {
             pending: std::sync::Mutex::new(Pending::default()),
             signal_tx,
             signal_rx,
-            enough_tx,
-            enough_rx,
             fold,
         }
     }
 
     /// An executor's finished job: deleted or held, with its log row.
     pub(crate) fn finished(&self, outcome: Outcome) {
-        let waiting = {
-            let mut pending = lock(&self.pending);
-            pending.ends.push(outcome);
-            pending.ends.len()
-        };
+        lock(&self.pending).ends.push(outcome);
         let _ = self.signal_tx.try_send(());
-        if waiting >= ENOUGH_TO_WRITE && !self.fold {
-            let _ = self.enough_tx.try_send(());
-        }
     }
 
     /// An executor's job to run again later.
     pub(crate) fn requeue(&self, requeue: Requeue) {
         lock(&self.pending).requeues.push(requeue);
         let _ = self.signal_tx.try_send(());
-        let _ = self.enough_tx.try_send(());
     }
 
     /// A job not started before shutdown, to give back to the queue.
     pub(crate) fn release(&self, id: JobId) {
         lock(&self.pending).releases.push(id);
         let _ = self.signal_tx.try_send(());
-        let _ = self.enough_tx.try_send(());
-    }
-
-    /// The completer's wait for more outcomes after the first: up to `linger`, or until
-    /// what waits is to be written at once ([`Outcomes::write_at_once`]). In a busy
-    /// flow a write's worth piles up well within the linger, and sitting out the rest
-    /// would hold the jobs' rows (and the claims that wait on the completer's backlog)
-    /// for nothing.
-    pub(crate) fn linger(&self, linger: Duration) {
-        let until = Instant::now() + linger;
-        // A token left from an earlier round says nothing about this one; one sent from
-        // here on does, since it follows the outcome that made it so.
-        while self.enough_rx.try_recv().is_ok() {}
-        if self.write_at_once() {
-            return;
-        }
-        let _ = self.enough_rx.recv_deadline(until);
     }
 
     /// The ends the next claim should write (up to a batch), or none when claims do not
@@ -224,51 +192,5 @@ mod tests {
             folding.finished(end(id));
         }
         assert!(!folding.write_at_once(), "ends wait for the next claim");
-    }
-
-    #[test]
-    fn the_linger_ends_once_a_writes_worth_waits_and_not_for_an_earlier_one() {
-        let outcomes = Outcomes::new(false);
-        // A write's worth came and went in an earlier round: its token must not cut this
-        // linger short.
-        for id in 0..ENOUGH_TO_WRITE {
-            outcomes.finished(end(id));
-        }
-        outcomes.take_all();
-        outcomes.finished(end(0));
-        let short = Duration::from_millis(20);
-        let started = Instant::now();
-        outcomes.linger(short);
-        assert!(started.elapsed() >= short, "an old token ended the linger");
-        outcomes.take_all();
-
-        // Executors finishing a write's worth end a long linger; a requeue does too.
-        let long = Duration::from_secs(60);
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                for id in 0..ENOUGH_TO_WRITE {
-                    outcomes.finished(end(id));
-                }
-            });
-            let started = Instant::now();
-            outcomes.linger(long);
-            assert!(started.elapsed() < long, "the linger ran out");
-            assert!(outcomes.write_at_once());
-        });
-        outcomes.take_all();
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                outcomes.requeue(Requeue {
-                    id: 1,
-                    entrypoint: "e".into(),
-                    delay: Duration::ZERO,
-                    traceback: serde_json::Value::Null,
-                });
-            });
-            let started = Instant::now();
-            outcomes.linger(long);
-            assert!(started.elapsed() < long, "the linger ran out");
-            assert!(outcomes.write_at_once());
-        });
     }
 }
