@@ -25,6 +25,21 @@ fn endings_prepared(conn: &mut Conn) -> (bool, bool) {
     )
 }
 
+/// Claims the jobs `ids` with `claimer` and ends them as successful: every one is
+/// written, and by the plain statement alone.
+fn claim_and_end_plainly(claimer: &Claimer, conn: &mut Conn, ids: &[i64]) {
+    assert_eq!(
+        claimer.claim(conn, ids.len()).unwrap().jobs.len(),
+        ids.len()
+    );
+    let mut done = claimer.complete(conn, &success(ids.to_vec())).unwrap();
+    done.sort_unstable();
+    let mut expected = ids.to_vec();
+    expected.sort_unstable();
+    assert_eq!(done, expected);
+    assert_eq!(endings_prepared(conn), (true, false));
+}
+
 /// Every id's log: its `picked` row, then one row of `status`.
 fn assert_ended_once(client: &mut Client, ids: &[i64], status: &str) {
     for &id in ids {
@@ -43,12 +58,7 @@ fn successful_jobs_without_limits_end_plainly() {
     let mut conn = pool.get().unwrap();
     let ids = insert_jobs(&mut client, "plain", 0, 5);
     let claimer = Claimer::builder().entrypoint("plain", 0).build().unwrap();
-    let claim = claimer.claim(&mut conn, 5).unwrap();
-    assert_eq!(claim.jobs.len(), 5);
-    let mut done = claimer.complete(&mut conn, &success(ids.clone())).unwrap();
-    done.sort_unstable();
-    assert_eq!(done, ids);
-    assert_eq!(endings_prepared(&mut conn), (true, false));
+    claim_and_end_plainly(&claimer, &mut conn, &ids);
     assert_ended_once(&mut client, &ids, "successful");
     assert_eq!(
         scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer"),
@@ -63,15 +73,7 @@ fn successful_jobs_without_limits_end_plainly() {
         .unwrap();
     paced.provision_rate_limits(&mut client).unwrap();
     let mut conn = pool.get().unwrap();
-    assert_eq!(paced.claim(&mut conn, 3).unwrap().jobs.len(), 3);
-    assert_eq!(
-        paced
-            .complete(&mut conn, &success(ids.clone()))
-            .unwrap()
-            .len(),
-        3
-    );
-    assert_eq!(endings_prepared(&mut conn), (true, false));
+    claim_and_end_plainly(&paced, &mut conn, &ids);
     assert_ended_once(&mut client, &ids, "successful");
 }
 
@@ -201,15 +203,7 @@ fn a_prefixed_queue_in_a_schema_ends_plainly() {
         .build()
         .unwrap();
     let mut conn = pool.get().unwrap();
-    assert_eq!(claimer.claim(&mut conn, 2).unwrap().jobs.len(), 2);
-    assert_eq!(
-        claimer
-            .complete(&mut conn, &success(ids.clone()))
-            .unwrap()
-            .len(),
-        2
-    );
-    assert_eq!(endings_prepared(&mut conn), (true, false));
+    claim_and_end_plainly(&claimer, &mut conn, &ids);
     assert_eq!(
         scalar::<i64>(
             &mut client,
