@@ -399,12 +399,13 @@ impl Claimer {
 
     /// The claim statement this claimer runs (for inspection and `EXPLAIN`).
     pub fn claim_sql(&self) -> &str {
-        self.statement(false, false)
+        self.statement(false, false, true)
     }
 
     /// The claim statement, with or without ending claims first; `relaxed` where every
-    /// limit is far from full (see [`Gating`]).
-    fn statement(&self, ending: bool, relaxed: bool) -> &str {
+    /// limit is far from full (see [`Gating`]), then counting the slots in use only when
+    /// `count` says so (but with rate limits, whose relaxed claims always count).
+    fn statement(&self, ending: bool, relaxed: bool, count: bool) -> &str {
         if self.rates.is_some() {
             if self.limits.iter().all(|l| *l <= 0) {
                 return self
@@ -416,6 +417,12 @@ impl Claimer {
                 .statements
                 .claim
                 .get_rated(relaxed, self.budget.is_some(), ending);
+        }
+        if self.capacity_gated && relaxed && !count {
+            return self
+                .statements
+                .claim
+                .get_uncounted(self.budget.is_some(), ending);
         }
         let gating = match (self.capacity_gated, relaxed) {
             (false, _) => Gating::None,
@@ -463,8 +470,8 @@ impl Claimer {
     /// different slots while the limits are far from full; `relaxed` (the caller found
     /// every limit far from full) locks limited candidates as unlimited ones are locked,
     /// so that those claims take different jobs too. A relaxed claim without rate limits
-    /// counts the slots in use only when `count` says so ([`sql::claim::relaxed_claim`]);
-    /// every other claim counts them.
+    /// counts the slots in use only when `count` says so
+    /// ([`sql::claim::relaxed_uncounted_claim`] otherwise); every other claim counts them.
     pub(crate) fn claim_from(
         &self,
         conn: &mut Conn,
@@ -479,22 +486,15 @@ impl Claimer {
         } else {
             0.0
         };
-        let count = self.counts_on_request(relaxed).then_some(&count);
         if outcomes.is_empty() {
-            return self.run_claim(batch_size, None, shift, count, |params| {
-                conn.query_cached(self.statement(false, relaxed), params)
+            return self.run_claim(batch_size, None, shift, |params| {
+                conn.query_cached(self.statement(false, relaxed, count), params)
             });
         }
         let ending = Ending::new(outcomes)?;
-        self.run_claim(batch_size, Some(&ending), shift, count, |params| {
-            conn.query_cached(self.statement(true, relaxed), params)
+        self.run_claim(batch_size, Some(&ending), shift, |params| {
+            conn.query_cached(self.statement(true, relaxed, count), params)
         })
-    }
-
-    /// Whether the claim [`Claimer::statement`] gives for `relaxed` binds whether to count
-    /// the slots in use (the relaxed shape without rate limits).
-    fn counts_on_request(&self, relaxed: bool) -> bool {
-        relaxed && self.capacity_gated && self.rates.is_none()
     }
 
     /// Claims up to `batch_size` jobs through any client, e.g. inside the caller's
@@ -504,22 +504,20 @@ impl Claimer {
     /// # Errors
     /// As [`Claimer::claim`].
     pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
-        self.run_claim(batch_size, None, 0.0, None, |params| {
+        self.run_claim(batch_size, None, 0.0, |params| {
             let values: Vec<&(dyn postgres::types::ToSql + Sync)> =
                 params.iter().map(|(v, _)| *v).collect();
             Ok(client.query(self.claim_sql(), &values)?)
         })
     }
 
-    /// Runs the claim statement through `query` with the parameters its shape binds
-    /// (`count` last, where the shape binds it) and reads the claim, a lost race
-    /// included.
+    /// Runs the claim statement through `query` with the parameters its shape binds and
+    /// reads the claim, a lost race included.
     fn run_claim(
         &self,
         batch_size: usize,
         ending: Option<&Ending>,
         shift: f64,
-        count: Option<&bool>,
         query: impl FnOnce(&[Param<'_>]) -> Result<Vec<postgres::Row>>,
     ) -> Result<Claim> {
         let batch = i32::try_from(batch_size)
@@ -566,9 +564,6 @@ impl Claimer {
                 (&rates.cooldown_us, Type::INT8_ARRAY),
                 (&self.plenty_at, Type::INT8),
             ]);
-        }
-        if let Some(count) = count {
-            params.push((count, Type::BOOL));
         }
         match query(&params) {
             Ok(rows) => {

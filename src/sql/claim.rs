@@ -1,11 +1,11 @@
 //! The slot-claiming dequeue and the statements that end a claim (complete, heartbeat,
 //! retry), rendered once per [`Settings`].
 //!
-//! The claim comes in six shapes: three gatings ([`Gating`]: none, where no entrypoint of
-//! this worker carries a `concurrency_limit`; careful, near a limit; relaxed, with every
-//! limit far from full) times with or without a per-worker budget
-//! (`max_concurrent_tasks`), each also in an ending form. The ungated shape contains no
-//! capacity machinery at all.
+//! The claim comes in eight shapes: three gatings ([`Gating`]: none, where no entrypoint
+//! of this worker carries a `concurrency_limit`; careful, near a limit; relaxed, with every
+//! limit far from full, in a form that counts the slots in use and one that does not)
+//! times with or without a per-worker budget (`max_concurrent_tasks`), each also in an
+//! ending form. The ungated shape contains no capacity machinery at all.
 //!
 //! Bind parameters of every shape: `$1` batch size (int4), `$2` entrypoints (text[]),
 //! `$3` worker id (uuid), `$4` heartbeat timeout in microseconds (int8); then, when
@@ -16,7 +16,7 @@
 //!
 //! Capacity-gated shapes return the slots in use fleet-wide before the claim (`in_use`,
 //! int8[] aligned with `$2`, 0 for an unlimited entrypoint; NULL from a relaxed claim
-//! told not to count) and whether a held job of a limited entrypoint is out of the slot
+//! that does not count) and whether a held job of a limited entrypoint is out of the slot
 //! index's reach (`unguarded`, see [`unguarded`]) on every row.
 
 use super::JOB_COLUMNS;
@@ -55,6 +55,9 @@ pub(crate) struct ClaimSql {
     /// The shapes that keep rate limits for a claimer without concurrency limits (no
     /// slots: see [`rated_unslotted`]), indexed by `[budget_gated][ending]`.
     rated_unslotted: [[String; 2]; 2],
+    /// The relaxed shapes that do not count the slots in use (see
+    /// [`relaxed_uncounted_claim`]), indexed by `[budget_gated][ending]`.
+    uncounted: [[String; 2]; 2],
 }
 
 impl ClaimSql {
@@ -82,6 +85,12 @@ impl ClaimSql {
                     rated_unslotted(s, budget, true),
                 ]
             }),
+            uncounted: [false, true].map(|budget| {
+                [
+                    relaxed_uncounted_claim(s, budget, false),
+                    relaxed_uncounted_claim(s, budget, true),
+                ]
+            }),
         }
     }
 
@@ -97,6 +106,11 @@ impl ClaimSql {
     /// The shape that keeps rate limits for a claimer without concurrency limits.
     pub(crate) fn get_rated_unslotted(&self, budget_gated: bool, ending: bool) -> &str {
         &self.rated_unslotted[usize::from(budget_gated)][usize::from(ending)]
+    }
+
+    /// The relaxed shape that does not count the slots in use.
+    pub(crate) fn get_uncounted(&self, budget_gated: bool, ending: bool) -> &str {
+        &self.uncounted[usize::from(budget_gated)][usize::from(ending)]
     }
 }
 
@@ -140,7 +154,7 @@ pub(crate) fn queue_claim(
         ctes.extend(super::rates::rate_room_ctes(s, first));
     }
     if capacity_gated {
-        let [params, picked, available] = capacity_ctes(&queue, not_ended, "");
+        let [params, picked, available] = capacity_ctes(&queue, not_ended);
         ctes.push(params);
         ctes.push(picked);
         if rated {
@@ -376,24 +390,72 @@ pub(crate) fn queue_claim(
 /// (wrapping round below the limit), with no search for free slots: while the limit is
 /// far from full the slots ahead of a lane are almost always free, and the unique slot
 /// index rejects the claim (23505, a lost race, claimed again at once from elsewhere)
-/// when one is not. It binds and returns what the gated shapes do, with one more
-/// parameter last (after the ending shapes' outcomes): whether to count the slots in use
-/// (boolean). Counting reads every job the entrypoints hold, a third of what the claim
-/// costs beyond an unlimited one with a few hundred held; the slot index, not the count,
-/// keeps a relaxed claim within the limit, so the worker counts only now and then (see
-/// `worker::dispatcher`), and a claim that does not count takes its slots as though the
-/// limit were empty and returns `in_use` NULL. `contended` is 0.
+/// when one is not. It binds and returns what the gated shapes do; `contended` is 0.
+///
+/// This shape counts the slots in use and looks for jobs held out of the slot index's
+/// reach (`in_use`, `unguarded`). That reads every job the entrypoints hold, and the slot
+/// index, not the count, keeps a relaxed claim within the limit, so the worker counts
+/// only now and then (see `worker::dispatcher`) and otherwise claims with
+/// [`relaxed_uncounted_claim`].
 pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
+    let queue = s.qualify(&s.queue_table);
+    let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
+    ctes.extend(capacity_ctes(&queue, not_ended));
+    relaxed_tail(
+        s,
+        ctes,
+        not_ended,
+        budget_gated,
+        ending,
+        &format!(
+            "ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) AS in_use,\n           \
+             {} AS unguarded",
+            unguarded(&queue)
+        ),
+    )
+}
+
+/// [`relaxed_claim`] without the count: the limits are read from the parameters alone,
+/// every entrypoint is claimed as though none of its slots were held (the claim taking
+/// no more than the limit), and `in_use` is NULL and `unguarded` false. A job held out of
+/// the slot index's reach is found by the next claim that counts, as one held without a
+/// slot always was; meanwhile the slot index still rejects every slot already held.
+/// About 45 µs of the 110 µs a counting claim of ten costs beyond an unlimited one
+/// (docs/benchmarks.md).
+pub(crate) fn relaxed_uncounted_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
+    let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
+    ctes.push(
+        "available AS (\n    SELECT u.entrypoint, u.concurrency_limit,\n           \
+         CASE WHEN u.concurrency_limit > 0 THEN u.concurrency_limit END AS remaining\n    \
+         FROM UNNEST($2::text[], $5::bigint[]) AS u(entrypoint, concurrency_limit)\n)"
+            .into(),
+    );
+    relaxed_tail(
+        s,
+        ctes,
+        not_ended,
+        budget_gated,
+        ending,
+        "NULL::bigint[] AS in_use, FALSE AS unguarded",
+    )
+}
+
+/// The part of the relaxed claims after `available`: `ctes` so far (the ending prelude and
+/// `available`, with `entrypoint`, `concurrency_limit` and `remaining`), `not_ended` as
+/// [`ending_prelude`] gave it, and `figures` the `in_use` and `unguarded` columns, over
+/// `params` and `picked` where those exist.
+fn relaxed_tail(
+    s: &Settings,
+    mut ctes: Vec<String>,
+    not_ended: &str,
+    budget_gated: bool,
+    ending: bool,
+    figures: &str,
+) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let budget_param = "$7";
-    let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
     let budget_ok = budget_check(budget_gated, budget_param);
-    let count = format!(
-        "${}::boolean",
-        7 + usize::from(budget_gated) + 3 * usize::from(ending)
-    );
-    ctes.extend(capacity_ctes(&queue, not_ended, &format!(" AND {count}")));
     if budget_gated {
         ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
@@ -437,12 +499,10 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     format!(
         "WITH\n{}\nSELECT {}, 0::bigint AS contended,\n       \
          inuse.in_use, inuse.unguarded{ended} (\n    \
-         SELECT CASE WHEN {count} THEN ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) END AS in_use,\n           \
-         {unguarded} AS unguarded\n\
+         SELECT {figures}\n\
          ) inuse LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC",
         ctes.join(",\n"),
         JOB_COLUMNS,
-        unguarded = unguarded(&queue),
     )
 }
 
@@ -644,16 +704,13 @@ fn log_pick_cte(log: &str) -> String {
 /// The limits bound by `$2` and `$5`, the slots in use fleet-wide (`picked`: every row
 /// with an owner, less those this claim ends, and how many of them hold no slot), and
 /// the entrypoints with room (`available`, `remaining` NULL for an unlimited one).
-/// `counted` is empty, or a further condition under which `picked` is read at all (a
-/// boolean parameter): when it is false, `picked` is empty and every limit has all its
-/// slots as `remaining`.
-fn capacity_ctes(queue: &str, not_ended: &str, counted: &str) -> [String; 3] {
+fn capacity_ctes(queue: &str, not_ended: &str) -> [String; 3] {
     [
         "params AS (\n    SELECT u.entrypoint, u.concurrency_limit, u.ord\n    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)\n)".into(),
         format!(
             "picked AS (\n    SELECT entrypoint, COUNT(*) AS total,\n           \
              COUNT(*) FILTER (WHERE slot IS NULL) AS unslotted FROM {queue}\n    \
-             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}{counted}\n    GROUP BY entrypoint\n)"
+             WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL{not_ended}\n    GROUP BY entrypoint\n)"
         ),
         "available AS (\n    SELECT p.entrypoint, p.concurrency_limit,\n           \
          CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining\n    \
@@ -926,27 +983,45 @@ mod tests {
         );
     }
 
+    /// Both relaxed forms bind what the gated shapes bind, and nothing more; only the
+    /// counting one reads the jobs held.
     #[test]
-    fn the_relaxed_shape_binds_whether_to_count_last() {
+    fn only_the_counting_relaxed_shape_reads_the_jobs_held() {
         let s = Settings::default();
-        for (budget, ending, count) in [
-            (false, false, 7),
-            (true, false, 8),
-            (false, true, 10),
-            (true, true, 11),
+        for (budget, ending, last) in [
+            (false, false, 6),
+            (true, false, 7),
+            (false, true, 9),
+            (true, true, 10),
         ] {
-            let sql = relaxed_claim(&s, budget, ending);
-            let param = format!("${count}::boolean");
-            assert!(
-                sql.contains(&format!(" AND {param}\n    GROUP BY entrypoint")),
-                "{budget} {ending}: picked is not gated by {param}:\n{sql}"
-            );
-            assert!(
-                sql.contains(&format!("CASE WHEN {param} THEN ARRAY(")),
-                "{budget} {ending}: in_use is not gated"
-            );
-            let next = format!("${}", count + 1);
-            assert!(!sql.contains(&next), "{budget} {ending}: binds {next}");
+            let counting = relaxed_claim(&s, budget, ending);
+            let uncounted = relaxed_uncounted_claim(&s, budget, ending);
+            for sql in [&counting, &uncounted] {
+                assert!(
+                    sql.contains(&format!("${last}::")),
+                    "{budget} {ending}: no ${last}:\n{sql}"
+                );
+                let next = format!("${}", last + 1);
+                assert!(
+                    !sql.contains(&next),
+                    "{budget} {ending}: binds {next}:\n{sql}"
+                );
+                assert!(
+                    sql.contains("% e.lim)::int"),
+                    "{budget} {ending}: takes no slot"
+                );
+            }
+            for held in ["picked AS", "AS unslotted", "max(h.slot)", "min(h.slot)"] {
+                assert!(
+                    counting.contains(held),
+                    "{budget} {ending}: counting lacks {held}"
+                );
+                assert!(
+                    !uncounted.contains(held),
+                    "{budget} {ending}: uncounted reads {held}"
+                );
+            }
+            assert!(uncounted.contains("NULL::bigint[] AS in_use, FALSE AS unguarded"));
         }
     }
 
