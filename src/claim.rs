@@ -625,12 +625,11 @@ impl Claimer {
     /// re-picked elsewhere after a missed heartbeat is left to its new owner). Returns the
     /// ids that were still owned and got their log row.
     ///
-    /// Where a row holds a slot, a row briefly locked by a concurrent claim is not waited
-    /// for (that could deadlock against the claim's slot check); it is retried a
-    /// millisecond later, so every owned row is ended before this returns. A claimer
-    /// without limits ends outcomes that are all successful with a plainer statement
-    /// that may wait for such a lock (no claim can be waiting for rows without a slot),
-    /// up to a lock timeout of its own, and ends whatever it left the careful way.
+    /// Outcomes that are all successful go to a plain statement first, which may wait for
+    /// a row a concurrent claim holds locked for a moment, up to a lock timeout of its own
+    /// (50 ms); whatever it leaves, and every other outcome, is ended the careful way:
+    /// a locked row is not waited for but retried a millisecond later, so every owned row
+    /// is ended before this returns.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a non-terminal status; [`Error::Db`] otherwise.
@@ -645,12 +644,12 @@ impl Claimer {
     /// error came after a first pass, leaves the rows written so far written (each pass
     /// commits on its own).
     ///
-    /// With `plain_first`, a claimer without concurrency limits ends outcomes that are
-    /// all successful with the plain statement first ([`sql::queue_complete_plain`]: the
-    /// rows deleted without the lock step, which costs about a third of a completion),
-    /// and the careful one ends whatever that left (rows holding a slot, locked or
-    /// changed). A caller that knows a row of these is locked for long passes false:
-    /// the plain statement would wait out its lock timeout for nothing.
+    /// With `plain_first`, outcomes that are all successful are ended with the plain
+    /// statement first ([`sql::queue_complete_plain`]: the rows deleted without the lock
+    /// step, which costs about a third of a completion), and the careful one ends
+    /// whatever that left (rows locked past its lock timeout, or changed). A caller that
+    /// knows a row of these is locked for long passes false: the plain statement would
+    /// wait out its lock timeout for nothing.
     pub(crate) fn complete_within(
         &self,
         conn: &mut Conn,
@@ -661,7 +660,7 @@ impl Claimer {
         let all = Ending::new(outcomes)?;
         let mut done = Vec::new();
         let mut rest = all.ids.clone();
-        if plain_first && self.ends_plainly(outcomes) {
+        if plain_first && Self::ends_plainly(outcomes) {
             done = self.complete_plain(conn, &all.ids)?;
             let written: IdSet = done.iter().copied().collect();
             rest.retain(|&id| !written.contains(id));
@@ -686,14 +685,11 @@ impl Claimer {
     }
 
     /// Whether these outcomes may be ended by [`sql::queue_complete_plain`]: every one
-    /// successful without a traceback (the log rows it writes), from a claimer without
-    /// concurrency limits (whose jobs hold no slot, but for stale re-picks, which the
-    /// statement leaves to the careful one; rate limits take no slot).
-    fn ends_plainly(&self, outcomes: &[Outcome]) -> bool {
-        self.limits.iter().all(|&limit| limit <= 0)
-            && outcomes
-                .iter()
-                .all(|o| o.status == Status::Successful && o.traceback.is_none())
+    /// successful without a traceback (the log rows it writes).
+    fn ends_plainly(outcomes: &[Outcome]) -> bool {
+        outcomes
+            .iter()
+            .all(|o| o.status == Status::Successful && o.traceback.is_none())
     }
 
     /// Runs [`sql::queue_complete_plain`] for `ids`: the ids it ended. A row lock held

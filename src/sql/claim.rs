@@ -725,7 +725,8 @@ fn capacity_ctes(queue: &str, not_ended: &str) -> [String; 3] {
 // (it locked the row when it was still queued in its snapshot, and keeps the lock after
 // the re-check fails) while itself waiting, in the slot index's uniqueness check, for
 // this worker's transaction: waiting here would be a deadlock. Skipped rows are retried a
-// moment later, once that claim has finished.
+// moment later, once that claim has finished. (The plain ending, `queue_complete_plain`,
+// waits instead, for a bounded time that ends such a deadlock.)
 //
 // Their plans must not depend on table statistics (a queue table is often far larger, or
 // smaller, than its last ANALYZE says, and prepared statements keep a generic plan made
@@ -815,34 +816,39 @@ pub(crate) fn queue_complete_many(s: &Settings) -> String {
 /// 55P03), leaving the outcomes to [`queue_complete_many`]. A concurrent claim holds a
 /// lock on one of our rows for the rest of its statement (it locked the row while it was
 /// queued in its snapshot), a few milliseconds; a row locked longer is another session's,
-/// and must not hold up the outcomes beside it.
+/// and must not hold up the outcomes beside it. It also ends the one deadlock the plain
+/// statement can meet (see [`queue_complete_plain`]), well before PostgreSQL's deadlock
+/// check (`deadlock_timeout`, 1 s by default) would.
 pub(crate) const PLAIN_END_LOCK_TIMEOUT_MS: u32 = 50;
 
 /// Ends successful claims the plain way: deletes the rows of `$1` (ids) this worker
-/// (`$2`) owns and that hold no slot, and logs each as `successful`. Returns the logged
-/// ids; the others (rows holding a slot, locked, or changed meanwhile) are for
+/// (`$2`) owns, and logs each as `successful`. Returns the logged ids; the others (rows
+/// changed meanwhile, or all of them when a row lock outlasted the lock timeout) are for
 /// [`queue_complete_many`].
 ///
 /// [`queue_complete_many`] probes and locks each row with `SKIP LOCKED` before it deletes
-/// it, so that it never waits for a row lock: a claim that locked one of our rows may
-/// itself be waiting, in the slot index's uniqueness check, for the transaction that
-/// deletes a row holding a slot. Without a slot among the rows this statement deletes,
-/// no claim can be waiting for it, so it may wait, and it does without the lock step (a
-/// heap write and a WAL record per row), the per-row probe and the outcome arrays.
-/// Waits are bounded all the same (`lock_timeout`, set for this transaction only,
-/// before the first row is deleted), so that a row another session keeps locked fails
-/// this statement quickly instead of holding up the rest.
+/// it, so that it never waits for a row lock. This statement does without the lock step
+/// (a heap write and a WAL record per row), the per-row probe and the outcome arrays, and
+/// may wait: for a claim that locked one of our rows while it was queued in the claim's
+/// snapshot, which lasts a few milliseconds. Such a claim may itself be waiting, in the
+/// slot index's uniqueness check, for this transaction (it takes a slot a row deleted
+/// here still holds): a deadlock, which the lock timeout (`lock_timeout`, set for this
+/// transaction only, before the first row is deleted) ends after
+/// [`PLAIN_END_LOCK_TIMEOUT_MS`]: this statement writes nothing, the claim meets the
+/// still-held slot and is retried as a lost race, and [`queue_complete_many`] ends the
+/// outcomes. The timeout also keeps a row another session keeps locked from holding up
+/// the rest.
 ///
 /// Plan: `id = ANY($1)` is read through the primary key (the owner test is written so
-/// that no index can serve it, as in [`owned_rows`]; `slot IS NULL` matches no partial
-/// index). A row changed between the statement's snapshot and the deletion is
-/// re-checked against the owner, and left alone when another worker has re-picked it.
+/// that no index can serve it, as in [`owned_rows`]). A row changed between the
+/// statement's snapshot and the deletion is re-checked against the owner, and left alone
+/// when another worker has re-picked it.
 pub(crate) fn queue_complete_plain(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     format!(
         "WITH\ndeleted AS (\n    DELETE FROM {queue}\n    \
-         WHERE id = ANY($1::bigint[]) AND queue_manager_id IS NOT DISTINCT FROM $2::uuid AND slot IS NULL\n      \
+         WHERE id = ANY($1::bigint[]) AND queue_manager_id IS NOT DISTINCT FROM $2::uuid\n      \
          AND (SELECT set_config('lock_timeout', '{PLAIN_END_LOCK_TIMEOUT_MS}ms', true)) IS NOT NULL\n    \
          RETURNING id, entrypoint, priority\n),\n\
          log_end AS (\n    INSERT INTO {log} (job_id, status, entrypoint, priority)\n    \
