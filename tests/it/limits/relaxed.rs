@@ -59,6 +59,65 @@ fn lulls(queue: &Queue, n: usize) -> Vec<JobId> {
     queue.enqueue_many(&jobs).unwrap()
 }
 
+/// One worker's two lanes keep to their own halves of a limit far from binding: in a drain
+/// of 6,000 jobs at a limit of 600, where the lane that claims more often laps the other
+/// every few dozen claims, both lanes claim and no slot is ever taken by both (each
+/// claim's connection and slots are recorded by a trigger in its own transaction).
+#[test]
+fn one_workers_two_lanes_never_take_each_others_slots() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    let jobs: Vec<NewJob> = (0..6_000)
+        .map(|_| NewJob::new("drain", Vec::new()))
+        .collect();
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    db.client()
+        .batch_execute(
+            "CREATE TABLE slots_taken (backend int NOT NULL, slot bigint NOT NULL);
+             CREATE FUNCTION record_slot() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO slots_taken VALUES (pg_backend_pid(), NEW.slot); RETURN NEW; END $$;
+             CREATE TRIGGER record_slot AFTER UPDATE OF slot ON pgqueuer
+             FOR EACH ROW WHEN (NEW.slot IS NOT NULL) EXECUTE FUNCTION record_slot();",
+        )
+        .unwrap();
+    let worker = Worker::builder(db.pool(6))
+        .threads(8)
+        .batch_size(10)
+        .entrypoint(
+            Entrypoint::new("drain").concurrency_limit(600),
+            |_job, _ctx| Ok(()),
+        )
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    queue.wait_for(&ids, Duration::from_secs(120)).unwrap();
+    let stats = worker.stats();
+    assert_eq!(worker.join().unwrap().failed, 0);
+    assert!(stats.relaxed_claims > 0, "no relaxed claim ran");
+    let mut client = db.client();
+    let lanes: i64 = scalar(
+        &mut client,
+        "SELECT count(DISTINCT backend) FROM slots_taken",
+    );
+    assert!(lanes >= 2, "only {lanes} connection claimed");
+    let shared: Vec<i64> = client
+        .query(
+            "SELECT slot FROM slots_taken GROUP BY slot HAVING count(DISTINCT backend) > 1 ORDER BY slot",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "slots taken on more than one connection ({} claims, {} slot races lost): {shared:?}",
+        stats.claims,
+        stats.slot_races_lost
+    );
+}
+
 /// Two workers of 8 threads, each with two claim lanes, at a limit of 12, with jobs
 /// flowing in bursts: between bursts the limit is far from binding and they claim
 /// relaxed (ahead, on both lanes), in a burst their 16 threads would take more than 12
