@@ -419,9 +419,9 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
 /// every entrypoint is claimed as though none of its slots were held (the claim taking
 /// no more than the limit), and `in_use` is NULL and `unguarded` false. A job held out of
 /// the slot index's reach is found by the next claim that counts, as one held without a
-/// slot always was; meanwhile the slot index still rejects every slot already held.
-/// About 45 µs of the 110 µs a counting claim of ten costs beyond an unlimited one
-/// (docs/benchmarks.md).
+/// slot always was; meanwhile the slot index still rejects every slot already held. The
+/// count's joins, though never read, and the two probes of the slot index's ends were
+/// close to half of what a relaxed claim cost beyond an unlimited one (docs/benchmarks.md).
 pub(crate) fn relaxed_uncounted_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
     let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
     ctes.push(
