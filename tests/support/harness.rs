@@ -736,6 +736,15 @@ pub fn scalar<T: for<'a> FromSql<'a>>(client: &mut Client, sql: &str) -> T {
     client.query_one(sql, &[]).unwrap().get(0)
 }
 
+/// How many sessions of this client's database wait for a lock (a row's, a transaction's).
+pub fn sessions_waiting_on_locks(client: &mut Client) -> i64 {
+    scalar(
+        client,
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+}
+
 /// How many statement functions (`pgqueuer_rs_<hash>`, no prefix) the database holds.
 pub fn statement_functions(client: &mut Client) -> i64 {
     scalar(

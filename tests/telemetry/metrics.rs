@@ -14,7 +14,7 @@ use pgqueuer::{
     WorkerStats,
 };
 
-use crate::harness::{TestDb, eventually, eventually_explained, scalar};
+use crate::harness::{TestDb, eventually, eventually_explained, sessions_waiting_on_locks};
 
 /// One metric as the recorder saw it: its kind, name and sorted labels.
 type Key = (MetricKind, String, Vec<(String, String)>);
@@ -146,13 +146,7 @@ fn the_recorder_counts_a_known_workload_exactly() {
     eventually(
         Duration::from_secs(10),
         "our claim waits on the slot index",
-        || {
-            scalar::<i64>(
-                &mut setup,
-                "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            ) == 1
-        },
+        || sessions_waiting_on_locks(&mut setup) == 1,
     );
     tx.commit().unwrap();
     // The rival finishes its job, freeing the slot.

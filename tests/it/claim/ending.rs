@@ -9,7 +9,7 @@ use pgqueuer::postgres::Client;
 use pgqueuer::{Claimer, Conn, Outcome, RateLimit, Status};
 
 use super::{insert_jobs, success};
-use crate::harness::{TestDb, eventually, log_of, scalar};
+use crate::harness::{TestDb, eventually, log_of, scalar, sessions_waiting_on_locks};
 
 /// Which of the two ending statements this connection has prepared: (plain, careful).
 /// Each is prepared on its first use, so this says which ran.
@@ -184,13 +184,7 @@ fn a_plain_ending_ends_a_deadlock_with_a_claim_waiting_on_its_slot() {
         eventually(
             Duration::from_secs(20),
             "the ending waiting for the row lock",
-            || {
-                scalar::<i64>(
-                    &mut client,
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                ) > 0
-            },
+            || sessions_waiting_on_locks(&mut client) > 0,
         );
         let deleting: i64 = client
             .query_one(

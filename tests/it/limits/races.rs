@@ -5,7 +5,7 @@ use std::time::Duration;
 use pgqueuer::Claimer;
 
 use crate::claim::insert_jobs;
-use crate::harness::{TestDb, eventually, scalar};
+use crate::harness::{TestDb, eventually, scalar, sessions_waiting_on_locks};
 
 /// Worker A claims the last slot inside an open transaction; B sees nothing until A
 /// rolls back, and nothing after A commits.
@@ -75,14 +75,7 @@ fn a_higher_priority_arrival_cannot_overshoot_the_limit() {
                 !b_thread.is_finished(),
                 "B should wait for A's uncommitted slot"
             );
-            scalar::<i64>(
-                &mut setup,
-                &format!(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' \
-                     AND wait_event_type = 'Lock'",
-                    db.name
-                ),
-            ) == 1
+            sessions_waiting_on_locks(&mut setup) == 1
         });
         assert!(
             !b_thread.is_finished(),
