@@ -20,10 +20,10 @@
 //! `relax_margin` to spare (this worker's threads, a batch ahead and a batch per lane)
 //! claims go ahead of free threads and on both lanes, and take slots in turn from where
 //! each lane left off, without searching (each lane keeps to its own half of the limit,
-//! so they take different slots: [`SlotCursor`]); the slot index still decides every claim, so exactness never rests
-//! on this reckoning. Nearer the limit the
-//! worker claims for free threads only, on one lane, and a slot is never held by a job
-//! waiting for a thread.
+//! so they take different slots: [`SlotCursor`]); the slot index still decides every
+//! claim, so exactness never rests on this reckoning. Nearer the limit the worker claims
+//! for free threads only, on one lane, and a slot is never held by a job waiting for a
+//! thread.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -831,7 +831,7 @@ fn slot_limits_of(claimer: &crate::claim::Claimer) -> Option<Vec<usize>> {
 /// half of the limit, from `home` on (the two lanes' homes are half a limit apart), so
 /// that a worker's lanes never take each other's slots. Without that, the lane that
 /// claims more often caught up with the other's recent slots about once a lap, and lost
-/// a slot race each time (34 in a 50,000-job drain at limit 1,000).
+/// a slot race each time (docs/benchmarks.md).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SlotCursor {
     home: f64,
