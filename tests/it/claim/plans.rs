@@ -7,16 +7,17 @@ use pgqueuer::postgres::Client;
 use super::{insert_jobs, success};
 use crate::harness::TestDb;
 
-/// Rows produced by the slot search (`generate_series`) in the claim's actual plan, its
-/// search starting at `shift` (a fraction of the limit).
-fn slot_rows(
+/// The actual plan (`EXPLAIN ANALYZE`, JSON) of `claimer`'s claim of `batch` jobs of `ep`
+/// under `limit`, its slot search starting at `shift` (a fraction of the limit), run in a
+/// transaction that is rolled back.
+fn explain_claim(
     client: &mut Client,
     claimer: &Claimer,
     batch: i32,
     ep: &str,
     limit: i64,
     shift: f64,
-) -> (i64, usize) {
+) -> serde_json::Value {
     let names = vec![ep.to_owned()];
     let limits = vec![limit];
     let worker = claimer.worker_id();
@@ -30,21 +31,76 @@ fn slot_rows(
         .unwrap()
         .get(0);
     tx.rollback().unwrap();
-    fn walk(node: &serde_json::Value, slots: &mut i64, nodes: &mut usize) {
-        *nodes += 1;
-        if node["Function Name"] == "generate_series" {
-            *slots +=
-                node["Actual Rows"].as_i64().unwrap() * node["Actual Loops"].as_i64().unwrap();
-        }
-        if let Some(children) = node["Plans"].as_array() {
-            for child in children {
-                walk(child, slots, nodes);
-            }
+    plan
+}
+
+/// Calls `visit` with every node of `plan` (an `EXPLAIN (FORMAT JSON)` result).
+fn each_node(plan: &serde_json::Value, visit: &mut impl FnMut(&serde_json::Value)) {
+    fn walk(node: &serde_json::Value, visit: &mut impl FnMut(&serde_json::Value)) {
+        visit(node);
+        for child in node["Plans"].as_array().into_iter().flatten() {
+            walk(child, visit);
         }
     }
+    walk(&plan[0]["Plan"], visit);
+}
+
+/// Rows produced by the slot search (`generate_series`) in the claim's actual plan, its
+/// search starting at `shift` (a fraction of the limit), and the plan's node count.
+fn slot_rows(
+    client: &mut Client,
+    claimer: &Claimer,
+    batch: i32,
+    ep: &str,
+    limit: i64,
+    shift: f64,
+) -> (i64, usize) {
+    let plan = explain_claim(client, claimer, batch, ep, limit, shift);
     let (mut slots, mut nodes) = (0, 0);
-    walk(&plan[0]["Plan"], &mut slots, &mut nodes);
+    each_node(&plan, &mut |node| {
+        nodes += 1;
+        if node["Function Name"] == "generate_series" {
+            slots += node["Actual Rows"].as_i64().unwrap() * node["Actual Loops"].as_i64().unwrap();
+        }
+    });
     (slots, nodes)
+}
+
+/// A careful claim's work grows with its batch, not with the batch's square: in the
+/// generic plan a worker's session makes (its plan settings), a claim of 2,000 jobs under a
+/// limit of 5,000 pairs its rows with their slots without a join that tests every row
+/// against every other (its join filters turn away fewer rows than the batch holds; the
+/// row-to-row joins they replaced turned away about eight million).
+#[test]
+fn a_careful_claim_pairs_its_rows_with_their_slots_in_linear_work() {
+    const BATCH: i32 = 2_000;
+    let db = TestDb::new();
+    let mut client = db.client();
+    insert_jobs(&mut client, "wide", 0, i64::from(BATCH) + 10);
+    client
+        .batch_execute(
+            "SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off; \
+             SET jit = off; SET plan_cache_mode = force_generic_plan",
+        )
+        .unwrap();
+    let claimer = Claimer::builder()
+        .entrypoint("wide", 5_000)
+        .build()
+        .unwrap();
+    let plan = explain_claim(&mut client, &claimer, BATCH, "wide", 5_000, 0.25);
+    let (mut turned_away, mut updated) = (0, 0);
+    each_node(&plan, &mut |node| {
+        let loops = node["Actual Loops"].as_i64().unwrap_or(1);
+        turned_away += node["Rows Removed by Join Filter"].as_i64().unwrap_or(0) * loops;
+        if node["Node Type"] == "ModifyTable" && node["Operation"] == "Update" {
+            updated += node["Actual Rows"].as_i64().unwrap();
+        }
+    });
+    assert_eq!(updated, i64::from(BATCH), "the claim takes the whole batch");
+    assert!(
+        turned_away < i64::from(BATCH),
+        "join filters turned away {turned_away} rows for a claim of {BATCH}"
+    );
 }
 
 /// Limits 10 and 5,000 search the same number of slots (held + take), so a claim costs
