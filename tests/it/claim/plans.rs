@@ -77,17 +77,14 @@ fn a_careful_claim_pairs_its_rows_with_their_slots_in_linear_work() {
     let db = TestDb::new();
     let mut client = db.client();
     insert_jobs(&mut client, "wide", 0, i64::from(BATCH) + 10);
-    client
-        .batch_execute(
-            "SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off; \
-             SET jit = off; SET plan_cache_mode = force_generic_plan",
-        )
-        .unwrap();
+    let pool = db.pool(1);
+    let mut conn = pool.get().unwrap();
+    conn.plan_with_indexes().unwrap();
     let claimer = Claimer::builder()
         .entrypoint("wide", 5_000)
         .build()
         .unwrap();
-    let plan = explain_claim(&mut client, &claimer, BATCH, "wide", 5_000, 0.25);
+    let plan = explain_claim(conn.client(), &claimer, BATCH, "wide", 5_000, 0.25);
     let (mut turned_away, mut updated) = (0, 0);
     each_node(&plan, &mut |node| {
         let loops = node["Actual Loops"].as_i64().unwrap_or(1);
