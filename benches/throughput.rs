@@ -11,7 +11,8 @@
 //!   `PGQ_BENCH_DRAIN_BATCH` says otherwise, as large a batch); `PGQ_BENCH_FLOOR_BATCH`
 //!   the floor's batch (default 128), `PGQ_BENCH_FLOOR_CONNECTIONS` further connection
 //!   counts for the floor with the log rows (say `3,4`; it always runs 1 and 2);
-//!   `PGQ_BENCH_PAIRS` the drain-floor shape's pairs (default 5, 1 when quick);
+//!   `PGQ_BENCH_PAIRS` the drain-floor shape's pairs (default 9, 1 when quick);
+//!   `PGQ_BENCH_LIMIT_PAIRS` pairs of the limits-drain shape's ratios (default 0: none);
 //! - `PGQ_BENCH_SHAPES` a comma-separated subset of
 //!   `flow,drain,floor,drain-floor,limits,limits-drain,rates,latency,tls,memory,pgbouncer`,
 //!   and `PGQ_BENCH_FLOW=text` for the flow shapes whose name contains `text`
@@ -45,7 +46,10 @@
 //!   back to back is the figure the drain's target is read from.
 //! - limits: the PgQueuer flow with the entrypoint limited to 10, 1,000 and 5,000.
 //! - limits-drain: the same limits in a drain (16 threads claiming 10), where no producer
-//!   competes with the worker for the machine's two cores. A binding limit (no more than
+//!   competes with the worker for the machine's two cores. With `PGQ_BENCH_LIMIT_PAIRS=N`,
+//!   each limit that cannot bind (above the 16 threads) is then run N more times, each right
+//!   after (or before) an unlimited drain, and the median of those ratios is recorded
+//!   against the target (>= 0.9x), with the interval that holds it. A binding limit (no more than
 //!   the threads) gets a second row: its bound, the limit over the worker's mean claim
 //!   round trip (a slot turns over in one claim with slot reuse), beside a bare commit's
 //!   latency, and the fraction of the bound the drain reached.
@@ -85,6 +89,8 @@ use pgqueuer::{Entrypoint, NewJob, Pool, Pooler, Queue, RateLimit, Worker};
 mod apt;
 #[path = "support/common.rs"]
 mod common;
+#[path = "support/estimate.rs"]
+mod estimate;
 #[allow(
     dead_code,
     unreachable_pub,
@@ -94,6 +100,7 @@ mod common;
 mod pgbouncer;
 
 use common::{env_or, peak_rss_mib};
+use estimate::MedianEstimate;
 
 /// When the benchmark's process started: the clock of [`LAST_HANDLER_END`].
 static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
@@ -924,7 +931,7 @@ fn main() {
     if wants("drain-floor") {
         let threads: usize = env_or("PGQ_BENCH_DRAIN_THREADS", 128);
         let batch: usize = env_or("PGQ_BENCH_DRAIN_BATCH", threads);
-        let pairs: usize = env_or("PGQ_BENCH_PAIRS", if quick { 1 } else { 5 });
+        let pairs: usize = env_or("PGQ_BENCH_PAIRS", if quick { 1 } else { 9 });
         let floor_batch: i32 = env_or("PGQ_BENCH_FLOOR_BATCH", 128);
         let mut ratios = Vec::with_capacity(pairs);
         for pair in 0..pairs.max(1) {
@@ -947,15 +954,20 @@ fn main() {
             ratios.push(drained / floored);
         }
         let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        ratios.sort_by(f64::total_cmp);
+        let estimate = MedianEstimate::of(&ratios, 0.9);
         record(
             format!(
                 "drain {drain_jobs} ({threads} thr, batch {batch}) / floor (2 conn), median of {}",
                 ratios.len()
             ),
-            ratios[ratios.len() / 2],
+            estimate.median,
             "ratio",
-            format!("target >= 0.85; pairs {}", listed.join(", ")),
+            format!(
+                "target >= 0.85: {} ({}); pairs {}",
+                estimate.verdict(0.85),
+                estimate.describe(),
+                listed.join(", ")
+            ),
         );
     }
     if wants("limits-drain") {
@@ -994,6 +1006,48 @@ fn main() {
                     ),
                 );
             }
+        }
+        let pairs: usize = env_or("PGQ_BENCH_LIMIT_PAIRS", 0);
+        for limit in env_list::<u32>(
+            "PGQ_BENCH_LIMITS",
+            Some("0,10,1000,5000"),
+            "limits (0: none)",
+        ) {
+            if pairs == 0 || limit <= 16 {
+                continue;
+            }
+            // As drain-floor: alternately first, so that a machine speeding up or slowing
+            // down through the run favors neither.
+            let mut ratios = Vec::with_capacity(pairs);
+            for pair in 0..pairs {
+                let run = |l| drain(&db, drain_jobs, 16, 10, l).0;
+                let (limited, unlimited) = if pair % 2 == 0 {
+                    let l = run(limit);
+                    (l, run(0))
+                } else {
+                    let u = run(0);
+                    (run(limit), u)
+                };
+                eprintln!(
+                    "    limit {limit}, pair {}: {limited:.0} against {unlimited:.0} jobs/s: {:.2}",
+                    pair + 1,
+                    limited / unlimited
+                );
+                ratios.push(limited / unlimited);
+            }
+            let estimate = MedianEstimate::of(&ratios, 0.9);
+            let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            record(
+                format!("limits drain: limit {limit} / unlimited, median of {pairs}"),
+                estimate.median,
+                "ratio",
+                format!(
+                    "target >= 0.9: {} ({}); pairs {}",
+                    estimate.verdict(0.9),
+                    estimate.describe(),
+                    listed.join(", ")
+                ),
+            );
         }
     }
     if wants("latency") {
