@@ -164,6 +164,18 @@ impl Error {
             reason: reason.into(),
         }
     }
+
+    /// An [`Error::InvalidInput`] naming `field` instead (any other error as it is): a check
+    /// run per item names the item only when it fails, rather than formatting each name.
+    pub(crate) fn in_field(self, field: impl FnOnce() -> String) -> Self {
+        match self {
+            Error::InvalidInput { reason, .. } => Error::InvalidInput {
+                field: field(),
+                reason,
+            },
+            other => other,
+        }
+    }
 }
 
 impl fmt::Debug for Error {
