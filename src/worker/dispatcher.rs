@@ -186,7 +186,15 @@ impl<'a> Dispatcher<'a> {
     /// The lead, if no thread holds it. A thread looking for work takes it before any
     /// job: a thread that took the lead runs no job until it gives the lead away.
     pub(crate) fn take_lead(&self) -> Option<Lead<'a>> {
-        let lead = lock(&self.parked_lead).take()?;
+        let lead = {
+            let mut parked = lock(&self.parked_lead);
+            // Every thread back from a job looks here first, and the lead is seldom
+            // parked: `take` alone copies the whole (empty) state out each time.
+            if parked.is_none() {
+                return None;
+            }
+            parked.take()?
+        };
         if self.ledger.waiting() > 0 {
             // The wake that brought this thread was meant for a job, perhaps.
             self.ledger.wake_one();
