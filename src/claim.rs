@@ -173,6 +173,7 @@ pub(crate) struct Statements {
     pub(crate) retry: String,
     pub(crate) release: String,
     pub(crate) next_due: String,
+    pub(crate) any_queued: String,
     pub(crate) slots_in_use: String,
     pub(crate) owned: String,
     pub(crate) slot_index: String,
@@ -197,6 +198,7 @@ impl Statements {
             retry: sql::queue_retry(settings),
             release: sql::queue_release_many(settings),
             next_due: sql::queue_next_due(settings),
+            any_queued: sql::queue_any_queued(settings),
             slots_in_use: sql::queue_slots_in_use(settings),
             owned: sql::queue_owned(settings),
             slot_index: settings.slot_index_name(),
@@ -1278,6 +1280,22 @@ impl Claimer {
     /// [`Error::Db`].
     pub fn next_due(&self, conn: &mut Conn) -> Result<Option<Duration>> {
         Ok(self.next_wake(conn)?.queued)
+    }
+
+    /// Whether any job of this claimer's entrypoints is queued, due or not: what
+    /// [`Claimer::next_due`]`.is_none()` says, more cheaply right after many jobs were
+    /// claimed and ended. It reads the index the claims read, whose entries of rows
+    /// claimed since were skipped as dead by the claims themselves; `next_due`'s first
+    /// look after a drain of 50,000 jobs walked all 50,000 of its own (10 ms).
+    ///
+    /// # Errors
+    /// [`Error::Db`].
+    pub fn any_queued(&self, conn: &mut Conn) -> Result<bool> {
+        let row = conn.query_one_cached(
+            &self.statements.any_queued,
+            &[(&self.names, Type::TEXT_ARRAY)],
+        )?;
+        Ok(row.try_get("any_queued")?)
     }
 
     /// When a claim could next find something without anything changing: a deferred job

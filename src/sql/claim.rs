@@ -940,6 +940,23 @@ pub(crate) fn queue_slots_in_use(s: &Settings) -> String {
 /// oldest heartbeat of a job another worker (not `$3 uuid`) holds is older than the
 /// heartbeat timeout `$2 bigint` (microseconds), when that job may be re-picked. NULL
 /// where there is no such job. Both read one row of an index.
+/// Whether any job of the entrypoints `$1` is queued, due or not: what a drain asks
+/// before it stops. Read through the index the claims walk in their order (its entries of
+/// rows claimed since were marked dead as the claims passed them), where
+/// [`queue_next_due`]'s first look after a drain walks every entry the drained rows left in
+/// the index by due time (10 ms after 50,000 jobs).
+pub(crate) fn queue_any_queued(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    format!(
+        "SELECT EXISTS (\n    \
+             SELECT 1 FROM UNNEST($1::text[]) AS e(entrypoint)\n    \
+             CROSS JOIN LATERAL (\n        SELECT 1 FROM {queue}\n        \
+             WHERE status = 'queued' AND entrypoint = e.entrypoint\n        \
+             ORDER BY priority DESC, id ASC LIMIT 1\n    ) q\n\
+         ) AS any_queued"
+    )
+}
+
 pub(crate) fn queue_next_due(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     format!(

@@ -73,6 +73,9 @@ pub(crate) struct Completer<'a> {
     pub(crate) doorbell: &'a Doorbell,
     pub(crate) shutdown: &'a ShutdownHandle,
     pub(crate) stats: &'a Stats,
+    /// `run_until_empty`: every write is noted for the dispatcher, which decides from the
+    /// last one that the drain is over.
+    pub(crate) drain: bool,
 }
 
 impl Completer<'_> {
@@ -135,7 +138,14 @@ impl Completer<'_> {
             }
             if wrote {
                 // Slots are free now, before the NOTIFY of the deletion comes round.
-                self.doorbell.ring_if_wanted(Wake::Written);
+                if self.drain {
+                    // Kept even while the dispatcher is not waiting for it (it may be
+                    // between a claim and its wait): the drain's last write must not be
+                    // missed, or the drain would return a poll interval late.
+                    self.doorbell.note(Wake::Written);
+                } else {
+                    self.doorbell.ring_if_wanted(Wake::Written);
+                }
             }
             if requeued {
                 // A retried job is queued again, perhaps due before the dispatcher's quiet

@@ -73,6 +73,16 @@ impl Doorbell {
         }
     }
 
+    /// Records `why` whether or not the dispatcher waits for it, and wakes it only if it
+    /// does: the reason stays pending for the dispatcher's next look (see
+    /// [`Doorbell::is_pending`]), where [`Doorbell::ring_if_wanted`] would drop it.
+    pub(crate) fn note(&self, why: Wake) {
+        self.pending.fetch_or(why as u8, Ordering::SeqCst);
+        if self.wanted.load(Ordering::SeqCst) & why as u8 != 0 {
+            let _ = self.token_tx.try_send(());
+        }
+    }
+
     /// Says that `free` is the room for jobs now (an executor finished a job, or a claim
     /// gave back room it did not fill), of `most` there can be now (see `Room::most`).
     /// Rings [`Wake::ThreadFree`] if the dispatcher waits for threads and `free` is as
@@ -134,6 +144,27 @@ mod tests {
         assert!(bell.take(Wake::Changed));
         assert!(!bell.take(Wake::Changed));
         assert!(bell.is_pending(Wake::ThreadFree));
+    }
+
+    #[test]
+    fn a_noted_reason_stays_pending_unwanted_and_wakes_only_when_wanted() {
+        let bell = Doorbell::new();
+        // Not waited for: kept for the next look, and no wake.
+        bell.note(Wake::Written);
+        assert!(bell.is_pending(Wake::Written));
+        assert!(
+            bell.token_rx.try_recv().is_err(),
+            "woke a dispatcher not waiting"
+        );
+        // Where `ring_if_wanted` drops it.
+        assert!(bell.take(Wake::Written));
+        bell.ring_if_wanted(Wake::Written);
+        assert!(!bell.is_pending(Wake::Written));
+        // Waited for: kept, and the waiter woken.
+        bell.want(&[Wake::Written]);
+        bell.note(Wake::Written);
+        assert!(bell.is_pending(Wake::Written));
+        assert!(bell.token_rx.try_recv().is_ok());
     }
 
     #[test]

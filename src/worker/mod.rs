@@ -288,6 +288,7 @@ impl Worker {
                 doorbell: &doorbell,
                 shutdown,
                 stats,
+                drain,
             };
             handles.push(spawn_named(scope, "pgqueuer-complete".into(), move || {
                 completer.run(alive);

@@ -1,6 +1,7 @@
 //! Outcomes of finished jobs waiting to be written: what executors leave for the
 //! completer (and, where slots are scarce and reused, for the dispatcher's next claim).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -52,6 +53,9 @@ pub(crate) struct Outcomes {
     pub(crate) signal_rx: Receiver<()>,
     /// Claims take ends along (see the module docs).
     fold: bool,
+    /// A drain's claims came back short: its last jobs are running, and their ends are
+    /// written as they come rather than gathered (see [`Outcomes::hurry`]).
+    hurry: AtomicBool,
 }
 
 impl Outcomes {
@@ -63,7 +67,16 @@ impl Outcomes {
             signal_tx,
             signal_rx,
             fold,
+            hurry: AtomicBool::new(false),
         }
+    }
+
+    /// Says whether the completer should write ends as they come (`true`) rather than
+    /// gather them for the completer's linger: a drain sets it once a claim finds
+    /// fewer jobs than it asked for, since no batch will follow to gather with, and
+    /// `run_until_empty` returns only after the last write.
+    pub(crate) fn hurry(&self, now: bool) {
+        self.hurry.store(now, Ordering::SeqCst);
     }
 
     /// An executor's finished job: deleted or held, with its log row.
@@ -124,13 +137,15 @@ impl Outcomes {
     }
 
     /// True when what waits is to be written without a linger: requeues and releases,
-    /// and ends enough for a write ([`ENOUGH_TO_WRITE`]) unless claims take ends along
-    /// (then they wait for the next claim).
+    /// ends enough for a write ([`ENOUGH_TO_WRITE`]) unless claims take ends along
+    /// (then they wait for the next claim), and any end while a drain hurries
+    /// ([`Outcomes::hurry`]).
     pub(crate) fn write_at_once(&self) -> bool {
         let pending = lock(&self.pending);
         !pending.requeues.is_empty()
             || !pending.releases.is_empty()
             || (!self.fold && pending.ends.len() >= ENOUGH_TO_WRITE)
+            || (!pending.ends.is_empty() && self.hurry.load(Ordering::SeqCst))
     }
 
     /// True when nothing waits.
@@ -176,7 +191,8 @@ mod tests {
     }
 
     #[test]
-    fn a_writes_worth_of_ends_is_written_without_lingering_unless_a_claim_takes_them() {
+    fn a_writes_worth_of_ends_or_a_hurried_drains_is_written_without_lingering_unless_a_claim_takes_them()
+     {
         let outcomes = Outcomes::new(false);
         for id in 1..ENOUGH_TO_WRITE {
             outcomes.finished(end(id));
@@ -186,6 +202,17 @@ mod tests {
         assert!(outcomes.write_at_once());
         outcomes.take_all();
         assert!(!outcomes.write_at_once(), "taken");
+
+        let hurried = Outcomes::new(false);
+        hurried.hurry(true);
+        assert!(!hurried.write_at_once(), "nothing waits");
+        hurried.finished(end(1));
+        assert!(
+            hurried.write_at_once(),
+            "a drain's last end, written as it comes"
+        );
+        hurried.hurry(false);
+        assert!(!hurried.write_at_once(), "gathered again");
 
         let folding = Outcomes::new(true);
         for id in 0..ENOUGH_TO_WRITE * 2 {

@@ -223,3 +223,83 @@ fn plans_made_on_an_empty_table_stay_on_the_right_indexes_when_it_grows() {
         "claims walked the (entrypoint, priority, id) index more than once each"
     );
 }
+
+/// `any_queued`, what a drain asks before it stops, says whether a job of the claimer's
+/// own entrypoints is queued, due or not (not picked ones, not other entrypoints'), and
+/// reads the index the claims walk, never the one by due time: right after a drain, that
+/// one still holds an entry for every drained row, which `next_due`'s first look walks.
+/// Asked on a connection with the worker's plan settings, its plan settled (generic)
+/// after a drain of 2,000 jobs.
+#[test]
+fn whether_anything_is_queued_is_read_through_the_index_the_claims_walk() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(1);
+    let mut conn = pool.get().unwrap();
+    conn.plan_with_indexes().unwrap();
+    let claimer = Claimer::builder()
+        .entrypoint("a", 0)
+        .entrypoint("b", 0)
+        .build()
+        .unwrap();
+    insert_jobs(&mut client, "a", 0, 2_000);
+    loop {
+        let claim = claimer.claim(&mut conn, 100).unwrap();
+        if claim.jobs.is_empty() {
+            break;
+        }
+        claimer
+            .complete(&mut conn, &success(claim.jobs.iter().map(|j| j.id)))
+            .unwrap();
+    }
+    // Past the sixth run, where a prepared statement settles on its generic plan.
+    for _ in 0..7 {
+        assert!(!claimer.any_queued(&mut conn).unwrap(), "drained");
+    }
+    let flush = |conn: &mut pgqueuer::Conn| {
+        conn.batch_execute("SELECT pg_stat_force_next_flush()")
+            .unwrap();
+        conn.batch_execute("SELECT 1").unwrap();
+    };
+    flush(&mut conn);
+    let before = scan_counts(&mut client);
+    // Another entrypoint's job and a picked one of its own do not count...
+    insert_jobs(&mut client, "other", 0, 1);
+    let picked = insert_jobs(&mut client, "b", 0, 1);
+    client
+        .execute(
+            "UPDATE pgqueuer SET status = 'picked', queue_manager_id = gen_random_uuid() \
+             WHERE id = ANY($1)",
+            &[&picked],
+        )
+        .unwrap();
+    assert!(
+        !claimer.any_queued(&mut conn).unwrap(),
+        "nothing of ours queued"
+    );
+    // ... a deferred one does.
+    let deferred = insert_jobs(&mut client, "b", 0, 1);
+    client
+        .execute(
+            "UPDATE pgqueuer SET execute_after = NOW() + INTERVAL '1 hour' WHERE id = ANY($1)",
+            &[&deferred],
+        )
+        .unwrap();
+    assert!(
+        claimer.any_queued(&mut conn).unwrap(),
+        "a deferred job of ours"
+    );
+    flush(&mut conn);
+    let after = scan_counts(&mut client);
+    assert_eq!(after[0], before[0], "a sequential scan of the queue table");
+    assert_eq!(
+        after[1], before[1],
+        "read the (entrypoint, execute_after) index"
+    );
+    // Two questions, two entrypoints each.
+    assert_eq!(
+        after[2] - before[2],
+        4,
+        "read the (entrypoint, priority, id) index once per entrypoint and question"
+    );
+}

@@ -132,6 +132,56 @@ fn a_handler_asking_for_a_retry_runs_again() {
     worker.join().unwrap();
 }
 
+/// A drain whose last job asks for a retry waits for it: while the job runs nothing is
+/// queued (the drain waits for its write), then the retry is queued, deferred 200 ms, and
+/// `run_until_empty` returns only once it has run again and succeeded, every other job
+/// having run once.
+#[test]
+fn a_drain_waits_for_the_retry_its_last_job_asks_for() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let quick = queue
+        .enqueue_many(
+            &(0..20)
+                .map(|_| NewJob::new("drained", Vec::new()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    // Lowest priority: claimed with the others or after them, never before.
+    let last = queue
+        .enqueue(NewJob::new("drained", Vec::new()).priority(-1))
+        .unwrap();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let summary = Worker::builder(pool.clone())
+        .threads(4)
+        .entrypoint("drained", move |job, _ctx| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if job.id == last && job.attempts == 0 {
+                // Long enough for the drain to find nothing queued while it runs.
+                std::thread::sleep(Duration::from_millis(50));
+                return Err(Retry::after(Duration::from_millis(200)).into());
+            }
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    assert_eq!(
+        log_of(&mut client, last),
+        ["queued", "picked", "queued", "picked", "successful"]
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), quick.len() + 2);
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT COUNT(*) FROM pgqueuer"),
+        0
+    );
+    assert_eq!((summary.succeeded, summary.retried), (21, 1), "{summary:?}");
+}
+
 /// A retry wakes its own worker's dispatcher: an UPDATE sends no notification, so a
 /// worker idle in a long quiet spell (60 s dequeue timeout, nothing else queued) would
 /// otherwise leave its retried job queued and due until the spell ends. The handler
