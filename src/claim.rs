@@ -1360,3 +1360,52 @@ impl Windows {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every claim statement a claimer can choose, whatever its limits, rates and budget,
+    /// is one `upgrade()` makes a statement function of: through a transaction pooler
+    /// one without would be planned on every run (the relaxed claims that do not count
+    /// were once left out).
+    #[test]
+    fn every_claim_a_claimer_runs_has_a_statement_function() {
+        let settings = Settings::default();
+        let functions = crate::sql::functions::per_job_statements(&settings);
+        let rate = RateLimit::per_second(10);
+        let claimers = [
+            Claimer::builder().entrypoint("a", 0).build(),
+            Claimer::builder().entrypoint("a", 5).build(),
+            Claimer::builder()
+                .entrypoint("a", 5)
+                .entrypoint("b", 0)
+                .max_concurrent_tasks(3)
+                .build(),
+            Claimer::builder()
+                .entrypoint("a", 0)
+                .max_concurrent_tasks(3)
+                .build(),
+            Claimer::builder()
+                .entrypoint("a", 0)
+                .rate_limit("a", rate)
+                .build(),
+            Claimer::builder()
+                .entrypoint("a", 5)
+                .rate_limit("a", rate)
+                .max_concurrent_tasks(3)
+                .build(),
+        ];
+        for (which, claimer) in claimers.into_iter().enumerate() {
+            let claimer = claimer.unwrap();
+            for (ending, relaxed, count) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
+                let sql = claimer.statement(ending, relaxed, count);
+                assert!(
+                    functions.iter().any(|f| f == sql),
+                    "no function for claimer {which}'s claim (ending {ending}, relaxed {relaxed}, \
+                     count {count})"
+                );
+            }
+        }
+    }
+}

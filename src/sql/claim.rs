@@ -112,6 +112,18 @@ impl ClaimSql {
     pub(crate) fn get_uncounted(&self, budget_gated: bool, ending: bool) -> &str {
         &self.uncounted[usize::from(budget_gated)][usize::from(ending)]
     }
+
+    /// Every shape, each once: what a claimer may run (see `sql::functions`, which makes
+    /// each a statement function for transaction poolers).
+    pub(crate) fn every_shape(&self) -> impl Iterator<Item = &str> {
+        self.shapes
+            .iter()
+            .chain(self.rated.iter())
+            .chain([&self.rated_unslotted, &self.uncounted])
+            .flatten()
+            .flatten()
+            .map(String::as_str)
+    }
 }
 
 /// Renders one shape of the claim statement.

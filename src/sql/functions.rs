@@ -85,26 +85,7 @@ pub(crate) fn call(function: &str, params: usize) -> String {
 /// claim. Operator statements stay unnamed; they run too rarely for planning to matter.
 pub(crate) fn per_job_statements(s: &Settings) -> Vec<String> {
     let claims = claim::ClaimSql::new(s);
-    let mut out = Vec::new();
-    for gating in claim::Gating::ALL {
-        for budget in [false, true] {
-            for ending in [false, true] {
-                out.push(claims.get(gating, budget, ending).to_owned());
-            }
-        }
-    }
-    for relaxed in [false, true] {
-        for budget in [false, true] {
-            for ending in [false, true] {
-                out.push(claims.get_rated(relaxed, budget, ending).to_owned());
-            }
-        }
-    }
-    for budget in [false, true] {
-        for ending in [false, true] {
-            out.push(claims.get_rated_unslotted(budget, ending).to_owned());
-        }
-    }
+    let mut out: Vec<String> = claims.every_shape().map(str::to_owned).collect();
     out.extend([
         claim::queue_complete_many(s),
         claim::queue_complete_plain(s),
