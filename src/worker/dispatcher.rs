@@ -467,7 +467,10 @@ impl<'a> Dispatcher<'a> {
             // claimed is written, and until then wait for the writes (or anything else
             // that rings). With nothing queued, nothing deferred is to be waited for.
             let any = match self.limits.claimer() {
-                Some(claimer) => lead.conn.run(|c| claimer.any_queued(c)).unwrap_or(true),
+                Some(claimer) => lead.conn.run(|c| claimer.any_queued(c)).unwrap_or_else(|e| {
+                    log::debug!("pgqueuer drain: could not ask whether jobs are queued ({e}); looking for the next due one instead");
+                    true
+                }),
                 None => true,
             };
             if !any {

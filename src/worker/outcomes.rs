@@ -191,8 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn a_writes_worth_of_ends_or_a_hurried_drains_is_written_without_lingering_unless_a_claim_takes_them()
-     {
+    fn ends_are_written_without_lingering_once_enough_wait_or_a_drain_hurries() {
         let outcomes = Outcomes::new(false);
         for id in 1..ENOUGH_TO_WRITE {
             outcomes.finished(end(id));

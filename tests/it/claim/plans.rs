@@ -140,6 +140,15 @@ fn the_slot_search_is_bounded_by_held_plus_take() {
     }
 }
 
+/// Makes `conn`'s backend flush its statistics with its next statement
+/// (`pg_stat_force_next_flush`), for [`scan_counts`] to read: backends otherwise flush
+/// them at most once a second.
+fn flush_stats(conn: &mut pgqueuer::Conn) {
+    conn.batch_execute("SELECT pg_stat_force_next_flush()")
+        .unwrap();
+    conn.batch_execute("SELECT 1").unwrap();
+}
+
 /// Scans so far of the queue table, of its `(entrypoint, execute_after)` index and of its
 /// `(entrypoint, priority, id)` index, from the statistics every backend has flushed.
 fn scan_counts(client: &mut Client) -> [i64; 3] {
@@ -186,12 +195,7 @@ fn plans_made_on_an_empty_table_stay_on_the_right_indexes_when_it_grows() {
     // The table grows a thousandfold, still unanalyzed.
     insert_jobs(&mut client, "u", 0, 20_000);
     insert_jobs(&mut client, "l", 0, 20_000);
-    let flush = |conn: &mut pgqueuer::Conn| {
-        conn.batch_execute("SELECT pg_stat_force_next_flush()")
-            .unwrap();
-        conn.batch_execute("SELECT 1").unwrap();
-    };
-    flush(&mut conn);
+    flush_stats(&mut conn);
     let before = scan_counts(&mut client);
     for _ in 0..20 {
         for claimer in [&unlimited, &limited] {
@@ -203,7 +207,7 @@ fn plans_made_on_an_empty_table_stay_on_the_right_indexes_when_it_grows() {
             claimer.next_due(&mut conn).unwrap();
         }
     }
-    flush(&mut conn);
+    flush_stats(&mut conn);
     let after = scan_counts(&mut client);
     assert_eq!(
         after[0], before[0],
@@ -256,12 +260,7 @@ fn whether_anything_is_queued_is_read_through_the_index_the_claims_walk() {
     for _ in 0..7 {
         assert!(!claimer.any_queued(&mut conn).unwrap(), "drained");
     }
-    let flush = |conn: &mut pgqueuer::Conn| {
-        conn.batch_execute("SELECT pg_stat_force_next_flush()")
-            .unwrap();
-        conn.batch_execute("SELECT 1").unwrap();
-    };
-    flush(&mut conn);
+    flush_stats(&mut conn);
     let before = scan_counts(&mut client);
     // Another entrypoint's job and a picked one of its own do not count...
     insert_jobs(&mut client, "other", 0, 1);
@@ -289,7 +288,7 @@ fn whether_anything_is_queued_is_read_through_the_index_the_claims_walk() {
         claimer.any_queued(&mut conn).unwrap(),
         "a deferred job of ours"
     );
-    flush(&mut conn);
+    flush_stats(&mut conn);
     let after = scan_counts(&mut client);
     assert_eq!(after[0], before[0], "a sequential scan of the queue table");
     assert_eq!(
