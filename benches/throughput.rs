@@ -504,6 +504,48 @@ fn report_wal(what: &str, before: (i64, i64), after: (i64, i64), jobs: usize) ->
     format!("WAL/job {bytes:.0} B, {records:.1} records")
 }
 
+/// `pairs` ratios of `a`'s rate to `b`'s, each pair run back to back and alternately
+/// first, so that a machine slowing down (or speeding up) through the run favors
+/// neither; each pair is printed, named by `label`.
+fn ratios_in_pairs(
+    pairs: usize,
+    label: &str,
+    a: impl Fn() -> f64,
+    b: impl Fn() -> f64,
+) -> Vec<f64> {
+    (0..pairs)
+        .map(|pair| {
+            let (ra, rb) = if pair % 2 == 0 {
+                let ra = a();
+                (ra, b())
+            } else {
+                let rb = b();
+                (a(), rb)
+            };
+            eprintln!(
+                "    {label}, pair {}: {ra:.0} against {rb:.0} jobs/s: {:.2}",
+                pair + 1,
+                ra / rb
+            );
+            ra / rb
+        })
+        .collect()
+}
+
+/// The median of `ratios` and a table note reading `target` off it (see
+/// [`MedianEstimate`]), with every pair listed.
+fn read_target(ratios: &[f64], target: f64) -> (f64, String) {
+    let estimate = MedianEstimate::of(ratios, 0.9);
+    let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    let note = format!(
+        "target >= {target}: {} ({}); pairs {}",
+        estimate.verdict(target),
+        estimate.describe(),
+        listed.join(", ")
+    );
+    (estimate.median, note)
+}
+
 /// Queues `jobs` no-op jobs in one go and analyzes the table, as every drain starts, on
 /// connections closed when it returns (so that their statistics are not counted later).
 fn fill(db: &BenchDb, jobs: usize) {
@@ -952,41 +994,21 @@ fn main() {
         let batch: usize = env_or("PGQ_BENCH_DRAIN_BATCH", threads);
         let pairs: usize = env_or("PGQ_BENCH_PAIRS", if quick { 1 } else { 9 });
         let floor_batch: i32 = env_or("PGQ_BENCH_FLOOR_BATCH", 128);
-        let mut ratios = Vec::with_capacity(pairs);
-        for pair in 0..pairs.max(1) {
-            // Alternate which runs first, so that a machine slowing down (or speeding up)
-            // through the run favors neither.
-            let run_drain = || drain(&db, drain_jobs, threads, batch, 0).0;
-            let run_floor = || floor(&db, drain_jobs, floor_batch, 2, true).0;
-            let (drained, floored) = if pair % 2 == 0 {
-                let d = run_drain();
-                (d, run_floor())
-            } else {
-                let f = run_floor();
-                (run_drain(), f)
-            };
-            eprintln!(
-                "    pair {}: drain {drained:.0}, floor {floored:.0} jobs/s: {:.2}",
-                pair + 1,
-                drained / floored
-            );
-            ratios.push(drained / floored);
-        }
-        let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        let estimate = MedianEstimate::of(&ratios, 0.9);
+        let ratios = ratios_in_pairs(
+            pairs.max(1),
+            "drain / floor",
+            || drain(&db, drain_jobs, threads, batch, 0).0,
+            || floor(&db, drain_jobs, floor_batch, 2, true).0,
+        );
+        let (median, note) = read_target(&ratios, 0.85);
         record(
             format!(
                 "drain {drain_jobs} ({threads} thr, batch {batch}) / floor (2 conn), median of {}",
                 ratios.len()
             ),
-            estimate.median,
+            median,
             "ratio",
-            format!(
-                "target >= 0.85: {} ({}); pairs {}",
-                estimate.verdict(0.85),
-                estimate.describe(),
-                listed.join(", ")
-            ),
+            note,
         );
     }
     if wants("limits-drain") {
@@ -1035,37 +1057,18 @@ fn main() {
             if pairs == 0 || limit <= 16 {
                 continue;
             }
-            // As drain-floor: alternately first, so that a machine speeding up or slowing
-            // down through the run favors neither.
-            let mut ratios = Vec::with_capacity(pairs);
-            for pair in 0..pairs {
-                let run = |l| drain(&db, drain_jobs, 16, 10, l).0;
-                let (limited, unlimited) = if pair % 2 == 0 {
-                    let l = run(limit);
-                    (l, run(0))
-                } else {
-                    let u = run(0);
-                    (run(limit), u)
-                };
-                eprintln!(
-                    "    limit {limit}, pair {}: {limited:.0} against {unlimited:.0} jobs/s: {:.2}",
-                    pair + 1,
-                    limited / unlimited
-                );
-                ratios.push(limited / unlimited);
-            }
-            let estimate = MedianEstimate::of(&ratios, 0.9);
-            let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            let ratios = ratios_in_pairs(
+                pairs,
+                &format!("limit {limit} / unlimited"),
+                || drain(&db, drain_jobs, 16, 10, limit).0,
+                || drain(&db, drain_jobs, 16, 10, 0).0,
+            );
+            let (median, note) = read_target(&ratios, 0.9);
             record(
                 format!("limits drain: limit {limit} / unlimited, median of {pairs}"),
-                estimate.median,
+                median,
                 "ratio",
-                format!(
-                    "target >= 0.9: {} ({}); pairs {}",
-                    estimate.verdict(0.9),
-                    estimate.describe(),
-                    listed.join(", ")
-                ),
+                note,
             );
         }
     }
