@@ -8,6 +8,8 @@ pub(crate) struct MedianEstimate {
     pub(crate) low: f64,
     pub(crate) high: f64,
     pub(crate) coverage: f64,
+    /// The coverage asked for: an interval short of it decides nothing.
+    level: f64,
 }
 
 impl MedianEstimate {
@@ -44,13 +46,17 @@ impl MedianEstimate {
             low: sorted[k - 1],
             high: sorted[n - k],
             coverage: 1.0 - 2.0 * below[k - 1],
+            level,
         }
     }
 
     /// Whether the interval lies at or above `target` ("met"), below it ("not met"), or
-    /// spans it ("undecided": more runs, or a quieter machine, can tell).
+    /// spans it ("undecided": more runs, or a quieter machine, can tell). Too few runs for
+    /// the coverage asked (five at least for 90%) decide nothing either.
     pub(crate) fn verdict(&self, target: f64) -> &'static str {
-        if self.low >= target {
+        if self.coverage < self.level {
+            "undecided (too few runs)"
+        } else if self.low >= target {
             "met"
         } else if self.high < target {
             "not met"
