@@ -474,9 +474,7 @@ impl<'a> Dispatcher<'a> {
                 None => true,
             };
             if !any {
-                if self.ledger.owned() == 0 && self.ledger.waiting() == 0 {
-                    log::debug!("drain: nothing queued and nothing running; stopping");
-                    self.shutdown.shutdown();
+                if self.stopped_finished_drain() {
                     return Step::Stop;
                 }
                 lead.limit_full = false;
@@ -525,9 +523,7 @@ impl<'a> Dispatcher<'a> {
             lead.limit_full = false;
         }
         if self.drain && next_due.is_none() {
-            if self.ledger.owned() == 0 && self.ledger.waiting() == 0 {
-                log::debug!("drain: nothing queued and nothing running; stopping");
-                self.shutdown.shutdown();
+            if self.stopped_finished_drain() {
                 return Step::Stop;
             }
             // Jobs are still running or being written: look again soon.
@@ -556,6 +552,17 @@ impl<'a> Dispatcher<'a> {
         );
         lead.quiet_until = Some(Instant::now() + wait);
         Step::Again
+    }
+
+    /// With nothing queued (the caller found none): stops the drain if nothing is running
+    /// or waiting to be written either, and says whether it did.
+    fn stopped_finished_drain(&self) -> bool {
+        if self.ledger.owned() == 0 && self.ledger.waiting() == 0 {
+            log::debug!("drain: nothing queued and nothing running; stopping");
+            self.shutdown.shutdown();
+            return true;
+        }
+        false
     }
 
     /// Starts a quiet spell until a rate limit allows the next start, `wait` from now (no
