@@ -480,7 +480,7 @@ impl<'a> Dispatcher<'a> {
                 lead.limit_full = false;
                 let soon = Instant::now() + MIN_POLL;
                 self.wait_while(&[Wake::Written], soon, || {
-                    self.ledger.owned() > 0 && !self.doorbell.is_pending(Wake::Written)
+                    !self.ledger.at_rest() && !self.doorbell.is_pending(Wake::Written)
                 });
                 return Step::Again;
             }
@@ -555,9 +555,12 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// With nothing queued (the caller found none): stops the drain if nothing is running
-    /// or waiting to be written either, and says whether it did.
+    /// or waiting to be written either, and no claim is in flight, and says whether it
+    /// did. The other lane's claim may have taken the last jobs after this lane's snapshot
+    /// and committed without having handed them over yet: it still holds the room it
+    /// reserved (see [`Ledger::at_rest`]).
     fn stopped_finished_drain(&self) -> bool {
-        if self.ledger.owned() == 0 && self.ledger.waiting() == 0 {
+        if self.ledger.at_rest() {
             log::debug!("drain: nothing queued and nothing running; stopping");
             self.shutdown.shutdown();
             return true;

@@ -98,6 +98,15 @@ impl Ledger {
         self.room.only(n)
     }
 
+    /// True when the worker holds nothing: no job owned (running, waiting for a thread or
+    /// for its write) and no room reserved, so no claim in flight either. A claim keeps
+    /// the room it reserved from before its statement until its jobs have run, and its jobs
+    /// are owned before any of that room is given back: a claim that has committed but
+    /// not yet handed its jobs over is seen here, though none of them is owned yet.
+    pub(crate) fn at_rest(&self) -> bool {
+        self.owned() == 0 && self.room.only(0)
+    }
+
     // 2. Claimed.
 
     /// Holds the jobs a claim took (`index` gives each one's entrypoint position) and
@@ -309,6 +318,30 @@ mod tests {
         ledger.written([2]);
         assert!(ledger.owned_ids().is_empty());
         assert_eq!(ledger.room(), 2, "every reservation given back");
+    }
+
+    /// The worker is at rest only when no claim is in flight and no job is held: a
+    /// claim's reservation marks it busy from before its statement until its last job is
+    /// written, through the moment between its commit and its jobs being owned.
+    #[test]
+    fn a_claim_in_flight_keeps_the_worker_from_rest() {
+        let ledger = Ledger::new(2, 2, true, false);
+        assert!(ledger.at_rest());
+        assert_eq!(ledger.reserve(2), 2);
+        assert!(
+            !ledger.at_rest(),
+            "claiming: nothing owned yet, room reserved"
+        );
+        let jobs = ledger.claimed(vec![test_job(1)], |_| 0);
+        assert!(!ledger.at_rest(), "claimed, not handed over");
+        ledger.unreserve(1);
+        ledger.hand_over(jobs);
+        let job = ledger.take().unwrap();
+        ledger.finished(outcome(job.id), Duration::from_micros(5));
+        ledger.run_ended();
+        assert!(!ledger.at_rest(), "finished, not written");
+        ledger.written([job.id]);
+        assert!(ledger.at_rest());
     }
 
     /// At most `threads` jobs run at once, counting the job the claiming thread keeps;

@@ -358,3 +358,119 @@ fn refused_outcome_writes_are_counted() {
         .get(0);
     assert_eq!(status, "exception");
 }
+
+/// Counts the worker's claims and, on the second claim lane's thread, holds each one
+/// `pause` between its commit and the hand-over of its jobs (the claim counter is
+/// incremented in between); every other metric is dropped.
+struct PausedSecondLane {
+    pause: Duration,
+    paused: Arc<AtomicU32>,
+}
+
+impl metrics::CounterFn for PausedSecondLane {
+    fn increment(&self, _value: u64) {
+        if std::thread::current().name() == Some("pgqueuer-lane-1") {
+            self.paused.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(self.pause);
+        }
+    }
+
+    fn absolute(&self, _value: u64) {}
+}
+
+struct PauseRecorder(Arc<PausedSecondLane>);
+
+impl metrics::Recorder for PauseRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        if key.name() == "pgqueuer_claims_total" {
+            metrics::Counter::from_arc(self.0.clone())
+        } else {
+            metrics::Counter::noop()
+        }
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// A drain returns only once every job it claimed has run, the second lane's included.
+/// A claim that has committed but not yet handed its jobs to the threads is still in
+/// flight: the primary lane, finding the queue empty right after that commit and none of
+/// the claim's jobs owned yet, must wait for it, not stop the drain (which sent the
+/// claim's jobs back to the queue unrun, one full batch in 200 drains of a benchmark).
+/// The recorder holds each of the second lane's claims 100 ms in that window; every job
+/// runs, the queue is empty afterwards, and the second lane did claim.
+#[test]
+fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() {
+    let db = TestDb::new();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let jobs: Vec<NewJob> = (0..200)
+        .map(|i| NewJob::new("drained", format!("{i}")))
+        .collect();
+    queue.enqueue_many(&jobs).unwrap();
+    let pause = Arc::new(PausedSecondLane {
+        pause: Duration::from_millis(100),
+        paused: Arc::new(AtomicU32::new(0)),
+    });
+    let paused = pause.paused.clone();
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = runs.clone();
+    let worker = metrics::with_local_recorder(&PauseRecorder(pause), || {
+        Worker::builder(pool.clone())
+            .threads(16)
+            .batch_size(10)
+            .entrypoint("drained", move |_job, _ctx| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .build()
+            .unwrap()
+    });
+    worker.run_until_empty().unwrap();
+    let left: i64 = db
+        .client()
+        .query_one("SELECT COUNT(*) FROM pgqueuer", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        paused.load(Ordering::SeqCst) > 0,
+        "the second lane never claimed: the test did not hold a claim in the window"
+    );
+    assert_eq!(
+        (runs.load(Ordering::SeqCst), left),
+        (200, 0),
+        "jobs run, and jobs left in the queue, after the drain"
+    );
+}
