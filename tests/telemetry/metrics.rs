@@ -474,3 +474,59 @@ fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() 
         "jobs run, and jobs left in the queue, after the drain"
     );
 }
+
+/// A shutdown that comes while the second lane's claim sits between its commit and its
+/// hand-over loses none of that claim's jobs: once the worker has stopped, no job is
+/// left `picked`, and every job either ran once (and is gone) or is queued again.
+#[test]
+fn a_shutdown_gives_back_a_second_lane_claim_caught_between_its_commit_and_its_hand_over() {
+    let db = TestDb::new();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let jobs: Vec<NewJob> = (0..200)
+        .map(|i| NewJob::new("stopped", format!("{i}")))
+        .collect();
+    queue.enqueue_many(&jobs).unwrap();
+    let pause = Arc::new(PausedSecondLane {
+        pause: Duration::from_millis(300),
+        paused: Arc::new(AtomicU32::new(0)),
+    });
+    let paused = pause.paused.clone();
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = runs.clone();
+    let worker = metrics::with_local_recorder(&PauseRecorder(pause), || {
+        Worker::builder(pool.clone())
+            .threads(16)
+            .batch_size(10)
+            .entrypoint("stopped", move |_job, _ctx| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .build()
+            .unwrap()
+    })
+    .start()
+    .unwrap();
+    eventually(Duration::from_secs(30), "the second lane claims", || {
+        paused.load(Ordering::SeqCst) > 0
+    });
+    worker.join().unwrap();
+    let mut client = db.client();
+    let count = |client: &mut postgres::Client, status: &str| -> i64 {
+        client
+            .query_one(
+                "SELECT COUNT(*) FROM pgqueuer WHERE status::text = $1",
+                &[&status],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let (picked, queued) = (count(&mut client, "picked"), count(&mut client, "queued"));
+    let ran = i64::from(runs.load(Ordering::SeqCst));
+    assert_eq!(picked, 0, "jobs left picked after the worker stopped");
+    assert_eq!(ran + queued, 200, "{ran} jobs ran, {queued} queued again");
+    assert!(
+        queued >= 10,
+        "the paused claim's batch went back: {queued} queued"
+    );
+}
