@@ -460,12 +460,21 @@ impl<'a> Dispatcher<'a> {
             // claim's snapshot.
             return Step::Again;
         }
+        // A drain stops on finding nothing queued only if the worker held nothing from
+        // before the look until after it: a job it held meanwhile could have been
+        // retried, or a handler could have queued another, after the look's snapshot.
+        let rest = if self.drain {
+            self.ledger.rest_mark()
+        } else {
+            None
+        };
         if self.drain && !binding {
             // Nothing queued (asked in a way that stays cheap right after a drain, see
             // `sql::queue_any_queued`; `next_wake`'s first look then walks every index
             // entry the drained rows left, 10 ms after 50,000 jobs): stop once everything
-            // claimed is written, and until then wait for the writes (or anything else
-            // that rings). With nothing queued, nothing deferred is to be waited for.
+            // claimed is written, and until then wait for the writes, or for the room
+            // another lane's claim holds (or anything else that rings). With nothing
+            // queued, nothing deferred is to be waited for.
             let any = match self.limits.claimer() {
                 Some(claimer) => lead.conn.run(|c| claimer.any_queued(c)).unwrap_or_else(|e| {
                     log::debug!("pgqueuer drain: could not ask whether jobs are queued ({e}); looking for the next due one instead");
@@ -474,12 +483,16 @@ impl<'a> Dispatcher<'a> {
                 None => true,
             };
             if !any {
-                if self.stopped_finished_drain() {
+                if self.stopped_finished_drain(rest) {
                     return Step::Stop;
                 }
                 lead.limit_full = false;
                 let soon = Instant::now() + MIN_POLL;
-                self.wait_while(&[Wake::Written], soon, || {
+                // The other lane's claim that finds nothing writes nothing: the room it
+                // gives back, whole again, is what ends the wait then.
+                self.doorbell.take(Wake::ThreadFree);
+                self.doorbell.want_threads(usize::MAX);
+                self.wait_while(&[Wake::Written, Wake::ThreadFree], soon, || {
                     !self.ledger.at_rest() && !self.doorbell.is_pending(Wake::Written)
                 });
                 return Step::Again;
@@ -523,7 +536,7 @@ impl<'a> Dispatcher<'a> {
             lead.limit_full = false;
         }
         if self.drain && next_due.is_none() {
-            if self.stopped_finished_drain() {
+            if self.stopped_finished_drain(rest) {
                 return Step::Stop;
             }
             // Jobs are still running or being written: look again soon.
@@ -554,13 +567,15 @@ impl<'a> Dispatcher<'a> {
         Step::Again
     }
 
-    /// With nothing queued (the caller found none): stops the drain if nothing is running
-    /// or waiting to be written either, and no claim is in flight, and says whether it
-    /// did. The other lane's claim may have taken the last jobs after this lane's snapshot
-    /// and committed without having handed them over yet: it still holds the room it
-    /// reserved (see [`Ledger::at_rest`]).
-    fn stopped_finished_drain(&self) -> bool {
-        if self.ledger.at_rest() {
+    /// With nothing queued (the caller found none, looking after `rest` was marked):
+    /// stops the drain if the worker held nothing from the mark until now, and says
+    /// whether it did. Nothing running or waiting to be written is not enough: another
+    /// lane's claim may have taken the last jobs after this lane's snapshot and committed
+    /// without having handed them over yet (it still holds the room it reserved), and a
+    /// job written after the look's snapshot may have been a retry (see
+    /// [`Ledger::rest_mark`]).
+    fn stopped_finished_drain(&self, rest: Option<u64>) -> bool {
+        if self.ledger.rested_since(rest) {
             log::debug!("drain: nothing queued and nothing running; stopping");
             self.shutdown.shutdown();
             return true;

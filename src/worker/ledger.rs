@@ -99,12 +99,28 @@ impl Ledger {
     }
 
     /// True when the worker holds nothing: no job owned (running, waiting for a thread or
-    /// for its write) and no room reserved, so no claim in flight either. A claim keeps
-    /// the room it reserved from before its statement until its jobs have run, and its jobs
-    /// are owned before any of that room is given back: a claim that has committed but
-    /// not yet handed its jobs over is seen here, though none of them is owned yet.
+    /// for its write) and no room reserved, so no claim in flight either (see
+    /// [`Ledger::rest_mark`]).
     pub(crate) fn at_rest(&self) -> bool {
-        self.owned() == 0 && self.room.only(0)
+        self.rest_mark().is_some()
+    }
+
+    /// A mark of the worker at rest now, or `None` when it holds something.
+    /// [`Ledger::rested_since`] then says whether it has stayed so. A claim keeps the room
+    /// it reserved from before its statement until its jobs have run, and its jobs are
+    /// owned before any of that room is given back, so a claim that has committed but not
+    /// yet handed its jobs over is seen here though none of them is owned yet. The room is
+    /// read before the owned jobs: a job moves from reserved room to owned, then gives its
+    /// room back, and stops being owned once written.
+    pub(crate) fn rest_mark(&self) -> Option<u64> {
+        let claims = self.room.reservations();
+        (self.room.only(0) && self.owned() == 0).then_some(claims)
+    }
+
+    /// True when the worker, at rest at `mark`, has begun no claim since: it has held
+    /// nothing in between, so nothing it ran can have changed the queue.
+    pub(crate) fn rested_since(&self, mark: Option<u64>) -> bool {
+        mark.is_some_and(|claims| self.room.reservations() == claims)
     }
 
     // 2. Claimed.
@@ -322,12 +338,24 @@ mod tests {
 
     /// The worker is at rest only when no claim is in flight and no job is held: a
     /// claim's reservation marks it busy from before its statement until its last job is
-    /// written, through the moment between its commit and its jobs being owned.
+    /// written, through the moment between its commit and its jobs being owned. A mark
+    /// taken at rest holds only while no claim begins, even one that ends at once.
     #[test]
     fn a_claim_in_flight_keeps_the_worker_from_rest() {
         let ledger = Ledger::new(2, 2, true, false);
         assert!(ledger.at_rest());
+        let mark = ledger.rest_mark();
+        assert!(ledger.rested_since(mark));
+        assert_eq!(ledger.reserve(1), 1);
+        ledger.unreserve(1);
+        assert!(ledger.at_rest());
+        assert!(
+            !ledger.rested_since(mark),
+            "a claim began and ended since the mark"
+        );
+        assert!(!ledger.rested_since(None), "not at rest at the mark");
         assert_eq!(ledger.reserve(2), 2);
+        assert_eq!(ledger.rest_mark(), None);
         assert!(
             !ledger.at_rest(),
             "claiming: nothing owned yet, room reserved"

@@ -31,6 +31,9 @@ pub(crate) struct Room {
     /// A running average of handler run times, in microseconds (`u64::MAX` before the
     /// first job ends: nothing is claimed ahead until handlers are known to be short).
     recent_us: AtomicU64,
+    /// Reservations made so far: a claim begun between two looks changes it (see
+    /// [`Room::reservations`]).
+    reservations: AtomicU64,
 }
 
 /// Jobs are claimed ahead of free threads only while the running average of handler run
@@ -47,6 +50,7 @@ impl Room {
             ahead,
             ahead_allowed: AtomicBool::new(ahead_allowed),
             recent_us: AtomicU64::new(u64::MAX),
+            reservations: AtomicU64::new(0),
         }
     }
 
@@ -91,10 +95,20 @@ impl Room {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => return take,
+                Ok(_) => {
+                    self.reservations.fetch_add(1, Ordering::SeqCst);
+                    return take;
+                }
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// How many reservations have been made: equal at two looks when no claim began in
+    /// between. (Counted after the room is taken, so a look that finds the room whole
+    /// and then this count unchanged later saw no claim begin after the first look.)
+    pub(crate) fn reservations(&self) -> u64 {
+        self.reservations.load(Ordering::SeqCst)
     }
 
     /// Gives back room for `n` jobs.
