@@ -389,3 +389,86 @@ fn a_failure_reaches_stderr_with_logging_off() {
     assert!(!stderr.contains(&format!("job {good} ")), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("hello world"));
 }
+
+/// A drain that looks at the queue while a job runs, and sees it `picked`, does not stop
+/// when that job's retry is written before the look returns: the worker held the job
+/// when the look began. To make the look slow enough to land the retry inside it, the
+/// index the look walks carries 300,000 entries of deleted rows that an open snapshot
+/// elsewhere keeps from being cleaned up, and the handler returns only once it sees the
+/// look running (`pg_stat_activity`; the look then takes about 25 ms, the retry's write a
+/// few). Before the fix the drain returned with the retried job queued, six runs of six
+/// (three of five with 150,000 entries).
+#[test]
+fn a_drain_does_not_stop_on_a_look_at_the_queue_that_a_retry_outdated() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    // An old snapshot: the rows deleted below stay visible to it, so the index entries
+    // of the queued rows stay for every scan to walk.
+    let mut holder = db.client();
+    let mut snapshot = holder
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .unwrap();
+    snapshot.query_one("SELECT 1", &[]).unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO pgqueuer (priority, entrypoint, status, payload) \
+             SELECT 10, 'drained', 'queued', NULL FROM generate_series(1, 300000); \
+             DELETE FROM pgqueuer;",
+        )
+        .unwrap();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let retried = queue.enqueue(NewJob::new("drained", Vec::new())).unwrap();
+    let dsn = db.dsn();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let saw_look = Arc::new(AtomicBool::new(false));
+    let seen = saw_look.clone();
+    let summary = Worker::builder(pool.clone())
+        .threads(4)
+        .entrypoint("drained", move |job, _ctx| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if job.attempts > 0 {
+                return Ok(());
+            }
+            let mut watcher = postgres::Client::connect(&dsn, postgres::NoTls).unwrap();
+            let until = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < until {
+                let looking: i64 = watcher
+                    .query_one(
+                        "SELECT COUNT(*) FROM pg_stat_activity WHERE state = 'active' \
+                         AND query LIKE '%AS any_queued%' AND pid <> pg_backend_pid()",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                if looking > 0 {
+                    seen.store(true, Ordering::SeqCst);
+                    break;
+                }
+            }
+            Err(Retry::after(Duration::ZERO).into())
+        })
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+    snapshot.rollback().unwrap();
+    assert!(
+        saw_look.load(Ordering::SeqCst),
+        "the drain never looked at the queue while the job ran: the test did not reach \
+         the window it is about"
+    );
+    assert_eq!(
+        log_of(&mut client, retried),
+        ["queued", "picked", "queued", "picked", "successful"]
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT COUNT(*) FROM pgqueuer"),
+        0
+    );
+    assert_eq!((summary.succeeded, summary.retried), (1, 1), "{summary:?}");
+}
