@@ -221,9 +221,26 @@ fn starts(client: &mut Client) -> Vec<SystemTime> {
         .collect()
 }
 
+/// How much later than the worker let it start a handler may record its start. The
+/// worker lets a job start only within its unit's guard (a fiftieth of the window, at
+/// most 20 ms, after the claim that stamped the unit), right before it calls the handler;
+/// the OS may still deschedule the thread between that check and the handler's first
+/// line, which nothing in the process can prevent, and on the suite's two loaded cores it
+/// did (51 recorded starts in a second of a 50/s fleet, once in a CI run). The upper
+/// bounds below are read over windows this much shorter than the limit's
+/// ([`most_in_a_kept_window`]); a broken limit shows far more (a lease giving back what
+/// its claim took started 182 in a second).
+pub(super) const PREEMPTED: Duration = Duration::from_millis(25);
+
+/// The most starts in any window of `per` less [`PREEMPTED`]: what a rate of `per` must
+/// bound, measured at the handlers.
+pub(super) fn most_in_a_kept_window(starts: &[SystemTime], per: Duration) -> usize {
+    most_in_any_window(starts, per - PREEMPTED)
+}
+
 /// The most starts in any window of `per` (half-open, starting at a start: the windows
 /// that hold the most).
-fn most_in_any_window(starts: &[SystemTime], per: Duration) -> usize {
+pub(super) fn most_in_any_window(starts: &[SystemTime], per: Duration) -> usize {
     let mut most = 0;
     let mut end = 0;
     for (i, start) in starts.iter().enumerate() {
@@ -305,8 +322,8 @@ fn prepare(db: &TestDb, jobs: i64) -> Client {
 }
 
 /// Three worker processes of eight threads each, a rate of 50 per second, 2,000 jobs: no
-/// window of a second holds more than 50 handler starts, and the run uses at least 90%
-/// of the rate (about 40 s, not 60).
+/// window of a second (less [`PREEMPTED`]) holds more than 50 handler starts, and the run
+/// uses at least 90% of the rate (about 40 s, not 60).
 #[test]
 fn a_fleet_of_three_processes_keeps_fifty_starts_per_second() {
     let _timing = timing_lock();
@@ -321,9 +338,13 @@ fn a_fleet_of_three_processes_keeps_fifty_starts_per_second() {
     wait_all(&mut procs, Duration::from_secs(120));
     let starts = starts(&mut client);
     assert_eq!(starts.len(), 2_000, "every job ran once");
-    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    let most = most_in_a_kept_window(&starts, Duration::from_secs(1));
     assert!(most <= 50, "{most} starts in one second");
-    assert_eq!(most, 50, "the rate was reached");
+    let reached = most_in_any_window(&starts, Duration::from_secs(1));
+    assert!(
+        reached >= 50,
+        "the rate was not reached: {reached} starts at most in a second"
+    );
     let span = starts[1_999].duration_since(starts[0]).unwrap();
     // The first 50 start at once; the other 1,950 need 39 s at the full rate.
     let full = Duration::from_secs_f64(1_950.0 / 50.0);
@@ -361,9 +382,9 @@ fn stacked_windows_and_a_concurrency_limit_hold_together() {
     wait_all(&mut procs, Duration::from_secs(150));
     let starts = starts(&mut client);
     assert_eq!(starts.len(), 1_100, "every job ran once");
-    let second = most_in_any_window(&starts, Duration::from_secs(1));
+    let second = most_in_a_kept_window(&starts, Duration::from_secs(1));
     assert!(second <= 50, "{second} starts in one second");
-    let minute = most_in_any_window(&starts, Duration::from_secs(60));
+    let minute = most_in_a_kept_window(&starts, Duration::from_secs(60));
     assert!(minute <= 1_000, "{minute} starts in one minute");
     // A handler that starts later than its claim's guard spends a unit more (see
     // `Claimer::spend_late_start`): some units of the minute go to such starts, more on a
@@ -420,7 +441,7 @@ fn a_killed_worker_leaks_no_capacity() {
         "every job ran, the killed worker's re-picked"
     );
     let starts = starts(&mut client);
-    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    let most = most_in_a_kept_window(&starts, Duration::from_secs(1));
     assert!(most <= 20, "{most} starts in one second");
     // The survivor's own starts: from its first to its last at 20 per second.
     let theirs: Vec<SystemTime> = client
@@ -641,7 +662,7 @@ fn a_server_crash_mid_run_keeps_the_rate() {
     assert!(starts.len() >= 60, "{} runs recorded", starts.len());
     // Back within the first window: units forgotten in the crash would start a second
     // batch of 20 in it.
-    let most = most_in_any_window(&starts, Duration::from_secs(5));
+    let most = most_in_a_kept_window(&starts, Duration::from_secs(5));
     assert!(most <= 20, "{most} starts in five seconds");
 }
 
@@ -750,8 +771,9 @@ fn leased_units_keep_the_rate_as_it_comes_to_bind() {
     let mut starts = starts.lock().unwrap().clone();
     starts.sort();
     assert_eq!(starts.len(), 3_000, "every job ran once");
-    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    let most = most_in_a_kept_window(&starts, Duration::from_secs(1));
     assert!(most <= 500, "{most} starts in one second");
+    let most = most_in_any_window(&starts, Duration::from_secs(1));
     assert!(
         most >= 450,
         "{most} starts at most in a second: the rate never bound"
@@ -785,7 +807,7 @@ fn each_job_of_a_lease_has_a_unit_of_its_own() {
     worker.join().unwrap();
     let mut starts = starts.lock().unwrap().clone();
     starts.sort();
-    let most = most_in_any_window(&starts, Duration::from_secs(1));
+    let most = most_in_a_kept_window(&starts, Duration::from_secs(1));
     assert!(most <= 100, "{most} starts in one second");
     let stamped: i64 = scalar(&mut client, "SELECT count(*) FROM stamps");
     assert!(
