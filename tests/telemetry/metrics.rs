@@ -361,17 +361,24 @@ fn refused_outcome_writes_are_counted() {
 
 /// Counts the worker's claims and, on the second claim lane's thread, holds each one
 /// `pause` between its commit and the hand-over of its jobs (the claim counter is
-/// incremented in between); every other metric is dropped.
+/// incremented in between), or, with `release`, until the test sends on it; every other
+/// metric is dropped.
 struct PausedSecondLane {
     pause: Duration,
     paused: Arc<AtomicU32>,
+    release: Option<crossbeam_channel::Receiver<()>>,
 }
 
 impl metrics::CounterFn for PausedSecondLane {
     fn increment(&self, _value: u64) {
         if std::thread::current().name() == Some("pgqueuer-lane-1") {
             self.paused.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(self.pause);
+            match &self.release {
+                Some(release) => {
+                    let _ = release.recv_timeout(self.pause);
+                }
+                None => std::thread::sleep(self.pause),
+            }
         }
     }
 
@@ -443,6 +450,7 @@ fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() 
     let pause = Arc::new(PausedSecondLane {
         pause: Duration::from_millis(100),
         paused: Arc::new(AtomicU32::new(0)),
+        release: None,
     });
     let paused = pause.paused.clone();
     let runs = Arc::new(AtomicU32::new(0));
@@ -487,9 +495,12 @@ fn a_shutdown_gives_back_a_second_lane_claim_caught_between_its_commit_and_its_h
         .map(|i| NewJob::new("stopped", format!("{i}")))
         .collect();
     queue.enqueue_many(&jobs).unwrap();
+    // The first claim of the second lane is held until the shutdown has been asked for.
+    let (release_tx, release) = crossbeam_channel::bounded::<()>(1);
     let pause = Arc::new(PausedSecondLane {
-        pause: Duration::from_millis(300),
+        pause: Duration::from_secs(30),
         paused: Arc::new(AtomicU32::new(0)),
+        release: Some(release),
     });
     let paused = pause.paused.clone();
     let runs = Arc::new(AtomicU32::new(0));
@@ -510,6 +521,9 @@ fn a_shutdown_gives_back_a_second_lane_claim_caught_between_its_commit_and_its_h
     eventually(Duration::from_secs(30), "the second lane claims", || {
         paused.load(Ordering::SeqCst) > 0
     });
+    worker.shutdown_handle().shutdown();
+    // Releases the held claim, and lets any later one through at once.
+    drop(release_tx);
     worker.join().unwrap();
     let mut client = db.client();
     let count = |client: &mut postgres::Client, status: &str| -> i64 {

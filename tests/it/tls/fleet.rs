@@ -80,14 +80,17 @@ fn a_fleet_over_tls_runs_every_job_once_within_its_limit() {
 
 /// An idle worker over `verify-full` and one over plaintext, on one server, woken by
 /// NOTIFY for jobs enqueued one at a time, alternately: the median enqueue-to-start
-/// time over TLS is within three times plaintext's, at a floor of 2 ms (both far below
-/// the 60 s poll). What this tells apart is a wake that takes the same path over TLS from
-/// one that falls back to something slower (the poll, a reconnect: tens of milliseconds
-/// at least); the suite's other tests share the two cores meanwhile, and moved a 1.1 ms
-/// median to 1.7 ms in one CI run, so a closer comparison is a benchmark's (the `tls`
-/// shape of `benches/throughput.rs` runs drains and flows both ways), not a test's.
+/// time over TLS is within 15 ms of plaintext's (both far below the 60 s poll). What this
+/// tells apart is a wake that takes the same path over TLS from one that falls back to
+/// something slower (the poll, a reconnect: tens of milliseconds at least). The suite's
+/// other tests share the two cores meanwhile (the deliberate overloads are kept away by
+/// `timing_lock`), and moved a 1.1 ms median to 1.7 ms in one CI run: scheduling adds
+/// time, it does not multiply it, so the bound is a sum, and a closer comparison is a
+/// benchmark's (the `tls` shape of `benches/throughput.rs` runs drains and flows both
+/// ways), not a test's.
 #[test]
 fn notify_wakes_a_worker_over_tls_about_as_fast_as_over_plaintext() {
+    let _timing = crate::harness::timing_lock();
     let (tls_dsn, plain_dsn) = fleet_database(&format!("tls_latency_{}", std::process::id()));
     let mut client = pgqueuer::connect_one(&tls_dsn, "pgqueuer-tests").unwrap();
     let rest = ["--threads", "2", "--record", "--dequeue-timeout", "60"];
@@ -163,10 +166,8 @@ fn notify_wakes_a_worker_over_tls_about_as_fast_as_over_plaintext() {
         t < Duration::from_secs(5),
         "TLS workers were not woken: {t:?}"
     );
-    // A floor of 2 ms for the comparison: below it the machine's scheduling, not TLS,
-    // decides the ratio.
     assert!(
-        t.as_secs_f64() <= 3.0 * p.as_secs_f64().max(0.002),
+        t <= p + Duration::from_millis(15),
         "TLS {t:?} against plaintext {p:?}"
     );
 }

@@ -72,15 +72,19 @@ fn a_client_that_never_reads_is_dropped_after_the_write_timeout() {
     writer
         .set_write_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    // Timed from before the requests go out: a stall of this thread after them would
+    // otherwise shorten what the server is seen to have waited.
+    let began = Instant::now();
     let sender = std::thread::spawn(move || {
         let _ = writer.write_all(all.as_bytes());
     });
     assert_eq!(tcp_state(local, addr).as_deref(), Some("01"));
-    let waited = eventually(
+    eventually(
         Duration::from_secs(20),
         "the server to drop the connection",
         || tcp_state(local, addr).as_deref() != Some("01"),
     );
+    let waited = began.elapsed();
     assert!(waited >= Duration::from_millis(1500), "{waited:?}");
     let mut reader = stream;
     reader
