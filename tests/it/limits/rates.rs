@@ -508,8 +508,8 @@ impl Dice {
 /// Two claim lanes (claimers on connections of their own, each holding its claim open a
 /// moment before it commits or rolls back) race two worker processes for one rate, while
 /// urgent jobs arrive mid-claim. In each of 20 runs, no window holds more units spent
-/// than the rate allows, the rate bound, and the lanes won units; over the runs, the
-/// processes won units too.
+/// than the rate allows, and the rate bound; over the runs, the lanes and the processes
+/// each won units.
 #[test]
 fn racing_lanes_and_processes_with_urgent_arrivals_keep_the_rate() {
     let _timing = timing_lock();
@@ -524,7 +524,7 @@ fn racing_lanes_and_processes_with_urgent_arrivals_keep_the_rate() {
         .build()
         .unwrap();
     claimer.provision_rate_limits(&mut client).unwrap();
-    let mut procs_won = 0;
+    let (mut lanes_won, mut procs_won) = (0, 0);
     for run in 0..20 {
         client
             .batch_execute("TRUNCATE stamps, pgqueuer_example_runs; DELETE FROM pgqueuer")
@@ -575,14 +575,13 @@ fn racing_lanes_and_processes_with_urgent_arrivals_keep_the_rate() {
             spent >= 40,
             "run {run}: only {spent} units spent: the rate never bound"
         );
-        assert!(
-            by_lanes.iter().sum::<usize>() > 0,
-            "run {run}: a lane started nothing: {by_lanes:?}"
-        );
+        lanes_won += by_lanes.iter().sum::<usize>();
         procs_won += scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer_example_runs");
     }
     // Which racer wins a unit is chance (the lanes claim back to back, the processes
-    // when their wait ends); over the runs, the processes won some too.
+    // when their wait ends; in one CI run the processes took every unit of a run): over
+    // the runs, each kind won some.
+    assert!(lanes_won > 0, "no lane started a job in 20 runs");
     assert!(procs_won > 0, "no process started a job in 20 runs");
 }
 
