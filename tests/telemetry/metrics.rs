@@ -431,6 +431,42 @@ impl metrics::Recorder for PauseRecorder {
     }
 }
 
+/// 200 jobs of `entrypoint` queued, and a worker of 16 threads claiming 10 whose second
+/// lane's claims are held as `pause` says; with the count of claims held and of handler
+/// runs.
+fn with_a_paused_second_lane(
+    db: &TestDb,
+    entrypoint: &'static str,
+    pause: Duration,
+    release: Option<crossbeam_channel::Receiver<()>>,
+) -> (Worker, Arc<AtomicU32>, Arc<AtomicU32>) {
+    let pool = db.pool(6);
+    let jobs: Vec<NewJob> = (0..200)
+        .map(|i| NewJob::new(entrypoint, format!("{i}")))
+        .collect();
+    Queue::new(pool.clone()).enqueue_many(&jobs).unwrap();
+    let paused = Arc::new(AtomicU32::new(0));
+    let pause = Arc::new(PausedSecondLane {
+        pause,
+        paused: paused.clone(),
+        release,
+    });
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = runs.clone();
+    let worker = metrics::with_local_recorder(&PauseRecorder(pause), || {
+        Worker::builder(pool)
+            .threads(16)
+            .batch_size(10)
+            .entrypoint(entrypoint, move |_job, _ctx| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .build()
+            .unwrap()
+    });
+    (worker, paused, runs)
+}
+
 /// A drain returns only once every job it claimed has run, the second lane's included.
 /// A claim that has committed but not yet handed its jobs to the threads is still in
 /// flight: the primary lane, finding the queue empty right after that commit and none of
@@ -441,31 +477,8 @@ impl metrics::Recorder for PauseRecorder {
 #[test]
 fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() {
     let db = TestDb::new();
-    let pool = db.pool(6);
-    let queue = Queue::new(pool.clone());
-    let jobs: Vec<NewJob> = (0..200)
-        .map(|i| NewJob::new("drained", format!("{i}")))
-        .collect();
-    queue.enqueue_many(&jobs).unwrap();
-    let pause = Arc::new(PausedSecondLane {
-        pause: Duration::from_millis(100),
-        paused: Arc::new(AtomicU32::new(0)),
-        release: None,
-    });
-    let paused = pause.paused.clone();
-    let runs = Arc::new(AtomicU32::new(0));
-    let counted = runs.clone();
-    let worker = metrics::with_local_recorder(&PauseRecorder(pause), || {
-        Worker::builder(pool.clone())
-            .threads(16)
-            .batch_size(10)
-            .entrypoint("drained", move |_job, _ctx| {
-                counted.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .build()
-            .unwrap()
-    });
+    let (worker, paused, runs) =
+        with_a_paused_second_lane(&db, "drained", Duration::from_millis(100), None);
     worker.run_until_empty().unwrap();
     let left: i64 = db
         .client()
@@ -489,35 +502,11 @@ fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() 
 #[test]
 fn a_shutdown_gives_back_a_second_lane_claim_caught_between_its_commit_and_its_hand_over() {
     let db = TestDb::new();
-    let pool = db.pool(6);
-    let queue = Queue::new(pool.clone());
-    let jobs: Vec<NewJob> = (0..200)
-        .map(|i| NewJob::new("stopped", format!("{i}")))
-        .collect();
-    queue.enqueue_many(&jobs).unwrap();
     // The first claim of the second lane is held until the shutdown has been asked for.
     let (release_tx, release) = crossbeam_channel::bounded::<()>(1);
-    let pause = Arc::new(PausedSecondLane {
-        pause: Duration::from_secs(30),
-        paused: Arc::new(AtomicU32::new(0)),
-        release: Some(release),
-    });
-    let paused = pause.paused.clone();
-    let runs = Arc::new(AtomicU32::new(0));
-    let counted = runs.clone();
-    let worker = metrics::with_local_recorder(&PauseRecorder(pause), || {
-        Worker::builder(pool.clone())
-            .threads(16)
-            .batch_size(10)
-            .entrypoint("stopped", move |_job, _ctx| {
-                counted.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .build()
-            .unwrap()
-    })
-    .start()
-    .unwrap();
+    let (worker, paused, runs) =
+        with_a_paused_second_lane(&db, "stopped", Duration::from_secs(30), Some(release));
+    let worker = worker.start().unwrap();
     eventually(Duration::from_secs(30), "the second lane claims", || {
         paused.load(Ordering::SeqCst) > 0
     });
