@@ -947,11 +947,6 @@ pub(crate) fn queue_slots_in_use(s: &Settings) -> String {
     )
 }
 
-/// For the entrypoints `$1 text[]`, in microseconds from now: `queued_us`, until the
-/// earliest queued job is due (negative when one is due already); `stale_us`, until the
-/// oldest heartbeat of a job another worker (not `$3 uuid`) holds is older than the
-/// heartbeat timeout `$2 bigint` (microseconds), when that job may be re-picked. NULL
-/// where there is no such job. Both read one row of an index.
 /// Whether any job of the entrypoints `$1` is queued, due or not: what a drain asks
 /// before it stops. Read through the index the claims walk in their order (its entries of
 /// rows claimed since were marked dead as the claims passed them), where
@@ -969,6 +964,11 @@ pub(crate) fn queue_any_queued(s: &Settings) -> String {
     )
 }
 
+/// For the entrypoints `$1 text[]`, in microseconds from now: `queued_us`, until the
+/// earliest queued job is due (negative when one is due already); `stale_us`, until the
+/// oldest heartbeat of a job another worker (not `$3 uuid`) holds is older than the
+/// heartbeat timeout `$2 bigint` (microseconds), when that job may be re-picked. NULL
+/// where there is no such job. Both read one row of an index.
 pub(crate) fn queue_next_due(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     format!(

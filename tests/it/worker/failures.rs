@@ -1,7 +1,7 @@
 //! Failing handlers: retries, hold, panics, and failures reported without a logger.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pgqueuer::{Entrypoint, NewJob, OnFailure, Queue, Retry, RetryPolicy, Status, Worker};
@@ -153,7 +153,7 @@ fn a_drain_waits_for_the_retry_its_last_job_asks_for() {
     let last = queue
         .enqueue(NewJob::new("drained", Vec::new()).priority(-1))
         .unwrap();
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
     let summary = Worker::builder(pool.clone())
         .threads(4)
@@ -422,7 +422,7 @@ fn a_drain_does_not_stop_on_a_look_at_the_queue_that_a_retry_outdated() {
     let queue = Queue::new(pool.clone());
     let retried = queue.enqueue(NewJob::new("drained", Vec::new())).unwrap();
     let dsn = db.dsn();
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
     let saw_look = Arc::new(AtomicBool::new(false));
     let seen = saw_look.clone();
