@@ -116,7 +116,7 @@ impl Job {
     /// of one shape, and finding 14 columns by name again for each row cost more than
     /// reading them.
     pub(crate) fn from_row_at(row: &postgres::Row, at: &JobColumns) -> crate::Result<Job> {
-        let headers: Option<serde_json::Value> = row.try_get(at.headers)?;
+        let headers: Option<Headers> = row.try_get(at.headers)?;
         Ok(Job {
             id: row.try_get(at.id)?,
             priority: row.try_get(at.priority)?,
@@ -129,7 +129,7 @@ impl Job {
             entrypoint: row.try_get(at.entrypoint)?,
             dedupe_key: row.try_get(at.dedupe_key)?,
             payload: row.try_get(at.payload)?,
-            headers: headers.filter(|h| !h.is_null()),
+            headers: headers.and_then(|h| h.0),
             attempts: row.try_get(at.attempts)?,
             slot: row.try_get(at.slot)?,
         })
@@ -384,6 +384,34 @@ pub(crate) fn status_of(row: &postgres::Row) -> crate::Result<Status> {
 }
 
 /// A stored status label, or an error naming it.
+/// A `headers` value as read from a row: JSON `null` (what PgQueuer writes for a job
+/// without headers) reads as `None` without going through the JSON parser, which every
+/// claimed job would otherwise pay for.
+struct Headers(Option<serde_json::Value>);
+
+impl<'a> postgres::types::FromSql<'a> for Headers {
+    fn from_sql(
+        ty: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Headers, Box<dyn std::error::Error + Sync + Send>> {
+        // JSONB's binary form is a version byte (1) before the text; JSON's is the text.
+        let text = match (ty == &postgres::types::Type::JSONB, raw) {
+            (true, [1, text @ ..]) => text,
+            (false, text) => text,
+            (true, _) => return Err("unsupported JSONB encoding version".into()),
+        };
+        if text == b"null" {
+            return Ok(Headers(None));
+        }
+        let value: serde_json::Value = serde_json::from_slice(text)?;
+        Ok(Headers((!value.is_null()).then_some(value)))
+    }
+
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        <serde_json::Value as postgres::types::FromSql>::accepts(ty)
+    }
+}
+
 pub(crate) fn parse_status(label: &str) -> crate::Result<Status> {
     Status::parse(label).ok_or_else(|| {
         crate::Error::Unexpected(format!("unknown job status {label:?} in the database"))
@@ -393,6 +421,29 @@ pub(crate) fn parse_status(label: &str) -> crate::Result<Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_read_json_null_as_none_and_refuse_what_they_cannot_read() {
+        use postgres::types::{FromSql, Type};
+        let read = |ty: &Type, raw: &[u8]| Headers::from_sql(ty, raw).map(|h| h.0);
+        assert_eq!(read(&Type::JSONB, b"\x01null").unwrap(), None);
+        assert_eq!(read(&Type::JSON, b"null").unwrap(), None);
+        assert_eq!(read(&Type::JSON, b" null ").unwrap(), None);
+        assert_eq!(
+            read(&Type::JSONB, b"\x01{\"otel\": {\"traceparent\": \"x\"}}").unwrap(),
+            Some(serde_json::json!({"otel": {"traceparent": "x"}}))
+        );
+        assert_eq!(
+            read(&Type::JSON, b"[1]").unwrap(),
+            Some(serde_json::json!([1]))
+        );
+        let version = read(&Type::JSONB, b"\x02null").unwrap_err().to_string();
+        assert!(version.contains("JSONB encoding version"), "{version}");
+        assert!(read(&Type::JSONB, b"").is_err());
+        assert!(read(&Type::JSONB, b"\x01{").is_err());
+        assert!(Headers::accepts(&Type::JSONB) && Headers::accepts(&Type::JSON));
+        assert!(!Headers::accepts(&Type::TEXT));
+    }
 
     #[test]
     fn an_id_set_holds_what_it_was_made_of_in_any_order() {

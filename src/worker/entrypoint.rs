@@ -1,7 +1,6 @@
 //! What a worker runs: handlers, their options, and what a handler may return.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
@@ -9,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
 
+use super::fast_map::FastMap;
 use super::owned::Stop;
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, check_entrypoint};
@@ -347,7 +347,7 @@ pub(crate) struct Registered {
 #[derive(Default)]
 pub(crate) struct Registry {
     pub(crate) order: Vec<String>,
-    pub(crate) by_name: HashMap<String, Registered>,
+    pub(crate) by_name: FastMap<String, Registered>,
 }
 
 impl Registry {

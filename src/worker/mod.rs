@@ -16,6 +16,7 @@ mod dispatcher;
 mod doorbell;
 mod entrypoint;
 mod executor;
+mod fast_map;
 mod figures;
 mod handoff;
 mod heartbeat;

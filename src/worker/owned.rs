@@ -1,11 +1,12 @@
 //! The jobs a worker owns (claimed and not yet written), each with its [`Stop`].
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::job::{Job, JobId};
 use crate::lock::lock;
+
+use super::fast_map::FastMap;
 
 /// Why an owned job's handler should stop, as it sees it through its `Context`.
 ///
@@ -78,7 +79,7 @@ impl Stop {
 /// heartbeat thread refreshes every id; the listener, the shutdown deadline and the
 /// timeout watch stop handlers through it.
 #[derive(Default)]
-pub(crate) struct Owned(Mutex<HashMap<JobId, Entry>>);
+pub(crate) struct Owned(Mutex<FastMap<JobId, Entry>>);
 
 /// An owned job: its stop flag, its entrypoint's position in registration order, and
 /// how many times this worker's claims have taken it since it was first owned.
@@ -97,7 +98,7 @@ pub(crate) struct Ownership {
 }
 
 impl Owned {
-    fn map(&self) -> MutexGuard<'_, HashMap<JobId, Entry>> {
+    fn map(&self) -> MutexGuard<'_, FastMap<JobId, Entry>> {
         lock(&self.0)
     }
 

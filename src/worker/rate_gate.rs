@@ -21,8 +21,7 @@
 //! spent: a rate far from binding has them to spare, and the lease takes none once a
 //! window is not.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +32,7 @@ use crate::lock::lock;
 use crate::shutdown::ShutdownHandle;
 
 use super::builder::WorkerConfig;
+use super::fast_map::FastMap;
 
 /// The shortest wait between two tries of a late start's units.
 const RETRY_MIN: Duration = Duration::from_millis(1);
@@ -50,7 +50,10 @@ const MAX_AHEAD: Duration = Duration::from_secs(1);
 pub(crate) struct RateGate {
     /// Per job: when its claim was sent, how late after that it may start, and the
     /// claimer that claimed it (the limits in force then), whose units a late start spends.
-    claimed: Mutex<HashMap<JobId, Claimed>>,
+    claimed: Mutex<FastMap<JobId, Claimed>>,
+    /// Whether `claimed` ever held a job: a worker without rate limits never takes its
+    /// lock, which every job's start would otherwise take.
+    gated: AtomicBool,
     /// Units leased for the next claims (see the module docs).
     lease: Mutex<Option<Lease>>,
     /// Numbers the leases, so that a claim gives back only to its own.
@@ -186,6 +189,8 @@ impl RateGate {
         let mut claimed = lock(&self.claimed);
         for job in jobs {
             if let Some(allowance) = claimer.start_allowance(&job.entrypoint) {
+                // Before the job is handed over (through a channel): its start sees this.
+                self.gated.store(true, Ordering::Release);
                 claimed.insert(
                     job.id,
                     Claimed {
@@ -208,6 +213,9 @@ impl RateGate {
         job: &Job,
         cancelled: impl Fn() -> bool,
     ) -> bool {
+        if !self.gated.load(Ordering::Acquire) {
+            return true;
+        }
         let Some(Claimed {
             sent,
             allowance,

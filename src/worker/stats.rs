@@ -9,11 +9,11 @@
 //! per-job cost is then a call through a handle, which is a no-op without a recorder,
 //! instead of building a key with labels on every call.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::entrypoint::Registry;
+use super::fast_map::FastMap;
 use super::figures::{Count, Level, Timing, TimingStats};
 use super::limits::{LimitStats, LimitWatch, RateStats};
 use super::liveness::{Liveness, WorkerHealth};
@@ -144,7 +144,7 @@ pub(crate) enum Lost {
 pub(crate) struct Stats {
     /// Per entrypoint, in registration order.
     entrypoints: Vec<(String, PerEntrypoint)>,
-    index: HashMap<String, usize>,
+    index: FastMap<String, usize>,
     claims: Count,
     relaxed_claims: Count,
     claim_duration: Timing,
