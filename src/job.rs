@@ -383,7 +383,6 @@ pub(crate) fn status_of(row: &postgres::Row) -> crate::Result<Status> {
     parse_status(&row.try_get::<_, String>("status")?)
 }
 
-/// A stored status label, or an error naming it.
 /// A `headers` value as read from a row: JSON `null` (what PgQueuer writes for a job
 /// without headers) reads as `None` without going through the JSON parser, which every
 /// claimed job would otherwise pay for.
@@ -412,6 +411,7 @@ impl<'a> postgres::types::FromSql<'a> for Headers {
     }
 }
 
+/// A stored status label, or an error naming it.
 pub(crate) fn parse_status(label: &str) -> crate::Result<Status> {
     Status::parse(label).ok_or_else(|| {
         crate::Error::Unexpected(format!("unknown job status {label:?} in the database"))
