@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use metrics_util::MetricKind;
@@ -359,19 +359,39 @@ fn refused_outcome_writes_are_counted() {
     assert_eq!(status, "exception");
 }
 
-/// Counts the worker's claims and, on the second claim lane's thread, holds each one
-/// `pause` between its commit and the hand-over of its jobs (the claim counter is
-/// incremented in between), or, with `release`, until the test sends on it; every other
-/// metric is dropped.
+/// On the second claim lane's thread, holds each claim that took jobs `pause` between its
+/// commit and the hand-over of its jobs, or, with `release`, until the test sends on it;
+/// every other metric is dropped. The claim counter (incremented for every claim, empty
+/// ones too) arms the hold, and the claim's first claimed job (the jobs counter, which
+/// follows it in the same window) takes it: a claim that found nothing, because the
+/// primary lane had already taken every job, is not held.
 struct PausedSecondLane {
     pause: Duration,
     paused: Arc<AtomicU32>,
     release: Option<crossbeam_channel::Receiver<()>>,
+    armed: AtomicBool,
+}
+
+fn on_second_lane() -> bool {
+    std::thread::current().name() == Some("pgqueuer-lane-1")
+}
+
+/// The claim counter's handle: arms [`PausedSecondLane`].
+struct ArmOnClaim(Arc<PausedSecondLane>);
+
+impl metrics::CounterFn for ArmOnClaim {
+    fn increment(&self, _value: u64) {
+        if on_second_lane() {
+            self.0.armed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn absolute(&self, _value: u64) {}
 }
 
 impl metrics::CounterFn for PausedSecondLane {
     fn increment(&self, _value: u64) {
-        if std::thread::current().name() == Some("pgqueuer-lane-1") {
+        if on_second_lane() && self.armed.swap(false, Ordering::SeqCst) {
             self.paused.fetch_add(1, Ordering::SeqCst);
             match &self.release {
                 Some(release) => {
@@ -411,10 +431,12 @@ impl metrics::Recorder for PauseRecorder {
     }
 
     fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        if key.name() == "pgqueuer_claims_total" {
-            metrics::Counter::from_arc(self.0.clone())
-        } else {
-            metrics::Counter::noop()
+        match key.name() {
+            "pgqueuer_claims_total" => {
+                metrics::Counter::from_arc(Arc::new(ArmOnClaim(self.0.clone())))
+            }
+            "pgqueuer_jobs_claimed_total" => metrics::Counter::from_arc(self.0.clone()),
+            _ => metrics::Counter::noop(),
         }
     }
 
@@ -431,7 +453,8 @@ impl metrics::Recorder for PauseRecorder {
     }
 }
 
-/// 200 jobs of `entrypoint` queued, and a worker of 16 threads claiming 10 whose second
+/// 1,000 jobs of `entrypoint` queued (enough that the second lane claims some before the
+/// primary lane has taken them all), and a worker of 16 threads claiming 10 whose second
 /// lane's claims are held as `pause` says; with the count of claims held and of handler
 /// runs.
 fn with_a_paused_second_lane(
@@ -441,7 +464,7 @@ fn with_a_paused_second_lane(
     release: Option<crossbeam_channel::Receiver<()>>,
 ) -> (Worker, Arc<AtomicU32>, Arc<AtomicU32>) {
     let pool = db.pool(6);
-    let jobs: Vec<NewJob> = (0..200)
+    let jobs: Vec<NewJob> = (0..1_000)
         .map(|i| NewJob::new(entrypoint, format!("{i}")))
         .collect();
     Queue::new(pool.clone()).enqueue_many(&jobs).unwrap();
@@ -450,6 +473,7 @@ fn with_a_paused_second_lane(
         pause,
         paused: paused.clone(),
         release,
+        armed: AtomicBool::new(false),
     });
     let runs = Arc::new(AtomicU32::new(0));
     let counted = runs.clone();
@@ -491,7 +515,7 @@ fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() 
     );
     assert_eq!(
         (runs.load(Ordering::SeqCst), left),
-        (200, 0),
+        (1_000, 0),
         "jobs run, and jobs left in the queue, after the drain"
     );
 }
@@ -527,7 +551,7 @@ fn a_shutdown_gives_back_a_second_lane_claim_caught_between_its_commit_and_its_h
     let (picked, queued) = (count(&mut client, "picked"), count(&mut client, "queued"));
     let ran = i64::from(runs.load(Ordering::SeqCst));
     assert_eq!(picked, 0, "jobs left picked after the worker stopped");
-    assert_eq!(ran + queued, 200, "{ran} jobs ran, {queued} queued again");
+    assert_eq!(ran + queued, 1_000, "{ran} jobs ran, {queued} queued again");
     assert!(
         queued >= 10,
         "the paused claim's batch went back: {queued} queued"
