@@ -496,8 +496,8 @@ fn with_a_paused_second_lane(
 /// flight: the primary lane, finding the queue empty right after that commit and none of
 /// the claim's jobs owned yet, must wait for it, not stop the drain (which sent the
 /// claim's jobs back to the queue unrun, one full batch in 200 drains of a benchmark).
-/// The recorder holds each of the second lane's claims 100 ms in that window; every job
-/// runs, the queue is empty afterwards, and the second lane did claim.
+/// The recorder holds each of the second lane's claims that took jobs 100 ms in that
+/// window; every job runs, the queue is empty afterwards, and the second lane did claim.
 #[test]
 fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() {
     let db = TestDb::new();
@@ -526,7 +526,8 @@ fn a_drain_waits_for_a_second_lane_claim_between_its_commit_and_its_hand_over() 
 #[test]
 fn a_shutdown_gives_back_a_second_lane_claim_caught_between_its_commit_and_its_hand_over() {
     let db = TestDb::new();
-    // The first claim of the second lane is held until the shutdown has been asked for.
+    // The second lane's first claim that takes jobs is held until the shutdown has been
+    // asked for.
     let (release_tx, release) = crossbeam_channel::bounded::<()>(1);
     let (worker, paused, runs) =
         with_a_paused_second_lane(&db, "stopped", Duration::from_secs(30), Some(release));
