@@ -70,6 +70,51 @@ const BACKLOG_LIMIT: usize = 500;
 /// tells when to turn careful, which a lost slot race also tells.
 const COUNT_EVERY: Duration = Duration::from_millis(10);
 
+/// When a claim last counted the slots in use, and for which claimer (see
+/// [`COUNT_EVERY`]). A relaxed claim that is to count takes the window as it is sent, not
+/// when its count comes back: the two lanes claim at once, and each used to count while
+/// the other's count was still in flight (half again as many counting claims as windows,
+/// in a limited drain).
+#[derive(Default)]
+pub(crate) struct CountClock(std::sync::Mutex<Option<(Arc<Claimer>, Instant)>>);
+
+impl CountClock {
+    /// Whether a relaxed claim of `claimer` sent at `now` counts: yes unless a claim of
+    /// the same claimer counted (or is counting) within [`COUNT_EVERY`] before. A claim
+    /// that counts takes the window.
+    pub(crate) fn take(&self, claimer: &Arc<Claimer>, now: Instant) -> bool {
+        let mut last = lock(&self.0);
+        let recent = last.as_ref().is_some_and(|(counted, at)| {
+            Arc::ptr_eq(counted, claimer) && now.saturating_duration_since(*at) < COUNT_EVERY
+        });
+        if !recent {
+            *last = Some((Arc::clone(claimer), now));
+        }
+        !recent
+    }
+
+    /// A claim of `claimer` sent at `at` counted (careful claims always do): the window
+    /// starts there, unless a later claim has taken it since.
+    pub(crate) fn counted(&self, claimer: &Arc<Claimer>, at: Instant) {
+        let mut last = lock(&self.0);
+        if !last
+            .as_ref()
+            .is_some_and(|(counted, since)| Arc::ptr_eq(counted, claimer) && *since >= at)
+        {
+            *last = Some((Arc::clone(claimer), at));
+        }
+    }
+
+    /// The claim sent at `at`, which took the window, brought no count back: the window
+    /// is free again (if no other claim has taken it since).
+    pub(crate) fn release(&self, at: Instant) {
+        let mut last = lock(&self.0);
+        if last.as_ref().is_some_and(|(_, since)| *since == at) {
+            *last = None;
+        }
+    }
+}
+
 /// The dispatcher's state, shared by its lanes.
 pub(crate) struct Dispatcher<'a> {
     pub(crate) config: &'a WorkerConfig,
@@ -87,9 +132,9 @@ pub(crate) struct Dispatcher<'a> {
     /// Every limit was far from binding at the last claim (always true without limits):
     /// claims may go ahead of free threads and on the second lane.
     pub(crate) relaxed: AtomicBool,
-    /// The claimer whose claim last counted the slots in use, and when that claim was
-    /// sent: a relaxed claim of the same claimer within [`COUNT_EVERY`] does not count.
-    pub(crate) counted: std::sync::Mutex<Option<(Arc<Claimer>, Instant)>>,
+    /// When a claim last counted the slots in use: a relaxed claim of the same claimer
+    /// within [`COUNT_EVERY`] does not count.
+    pub(crate) count_clock: CountClock,
     /// Where the primary lane's half of each limit starts (a fraction of it); the second
     /// lane's half starts half a limit away (see [`SlotCursor`]).
     pub(crate) slot_shift: f64,
@@ -702,10 +747,7 @@ impl<'a> Dispatcher<'a> {
             (Some(_), Some(leased)) => Some(&leased.plain),
             (claimer, _) => claimer.as_ref(),
         };
-        let count = !relaxed
-            || !lock(&self.counted).as_ref().is_some_and(|(counted, at)| {
-                used.is_some_and(|used| Arc::ptr_eq(counted, used)) && at.elapsed() < COUNT_EVERY
-            });
+        let count = !relaxed || used.is_none_or(|used| self.count_clock.take(used, started));
         let mut claimed = match used {
             Some(used) => {
                 conn.run(|c| used.claim_from(c, &outcomes, take, slots.at, relaxed, count))
@@ -718,14 +760,17 @@ impl<'a> Dispatcher<'a> {
                     ..Claim::default()
                 }),
         };
-        if let (
-            Ok(Claim {
-                in_use: Some(_), ..
-            }),
-            Some(used),
-        ) = (&claimed, used)
-        {
-            *lock(&self.counted) = Some((Arc::clone(used), started));
+        match (&claimed, used) {
+            (
+                Ok(Claim {
+                    in_use: Some(_), ..
+                }),
+                Some(used),
+            ) => self.count_clock.counted(used, started),
+            // A count taken for this claim did not come back (an error, a lost race):
+            // the next relaxed claim counts.
+            _ if relaxed && count => self.count_clock.release(started),
+            _ => {}
         }
         let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
         self.ledger.after_claim(outcomes, written);
@@ -1050,5 +1095,65 @@ mod tests {
                 lane.advance(&claimer, &claim_of(&slots), 10);
             }
         }
+    }
+
+    /// A relaxed claim that counts takes the window as it is sent: the other lane's claim
+    /// sent while that count is in flight does not count too, the first claim after the
+    /// window does, and so does the first under new limits (another claimer).
+    #[test]
+    fn one_count_per_window_whichever_lane_asks() {
+        let claimer = Arc::new(Claimer::builder().entrypoint("e", 1000).build().unwrap());
+        let t0 = Instant::now();
+        let clock = CountClock::default();
+        let ms = Duration::from_millis;
+        assert!(clock.take(&claimer, t0), "the first claim counts");
+        assert!(
+            !clock.take(&claimer, t0 + ms(1)),
+            "the other lane's claim, sent while the count is in flight, does not"
+        );
+        clock.counted(&claimer, t0);
+        assert!(!clock.take(&claimer, t0 + COUNT_EVERY - ms(1)));
+        assert!(
+            clock.take(&claimer, t0 + COUNT_EVERY),
+            "the first claim after the window counts"
+        );
+        let renewed = Arc::new(Claimer::builder().entrypoint("e", 500).build().unwrap());
+        assert!(
+            clock.take(&renewed, t0 + COUNT_EVERY + ms(1)),
+            "the first claim under new limits counts"
+        );
+    }
+
+    /// A count that did not come back frees the window for the next claim; a careful
+    /// claim's count starts a window, but never moves one back.
+    #[test]
+    fn a_failed_count_frees_the_window_and_an_older_one_never_moves_it_back() {
+        let claimer = Arc::new(Claimer::builder().entrypoint("e", 1000).build().unwrap());
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let clock = CountClock::default();
+        assert!(clock.take(&claimer, t0));
+        clock.release(t0);
+        assert!(
+            clock.take(&claimer, t0 + ms(1)),
+            "the claim after a failed count counts"
+        );
+        // Releasing a claim that did not take the window changes nothing.
+        clock.release(t0);
+        assert!(!clock.take(&claimer, t0 + ms(2)));
+
+        let clock = CountClock::default();
+        clock.counted(&claimer, t0);
+        assert!(
+            !clock.take(&claimer, t0 + ms(5)),
+            "a careful claim's count starts a window"
+        );
+        assert!(clock.take(&claimer, t0 + COUNT_EVERY));
+        // A careful claim sent before the window was taken returns late.
+        clock.counted(&claimer, t0 + ms(3));
+        assert!(
+            !clock.take(&claimer, t0 + COUNT_EVERY + ms(5)),
+            "an older count moved the window back"
+        );
     }
 }

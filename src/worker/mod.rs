@@ -203,7 +203,7 @@ impl Worker {
             relaxed: std::sync::atomic::AtomicBool::new(!config.claimer.is_capacity_gated()),
             // Apart from other workers' searches (each worker's id is random).
             slot_shift: (config.claimer.worker_id().as_u128() >> 75) as f64 / (1u64 << 53) as f64,
-            counted: std::sync::Mutex::new(None),
+            count_clock: dispatcher::CountClock::default(),
             fatal: std::sync::Mutex::new(None),
             parked_lead: std::sync::Mutex::new(None),
             rate_gate: &rate_gate,
