@@ -747,7 +747,12 @@ impl<'a> Dispatcher<'a> {
             (Some(_), Some(leased)) => Some(&leased.plain),
             (claimer, _) => claimer.as_ref(),
         };
-        let count = !relaxed || used.is_none_or(|used| self.count_clock.take(used, started));
+        // Careful claims always count; a relaxed one of limits once per window.
+        let took_window = relaxed
+            && used.is_some_and(|used| {
+                used.is_capacity_gated() && self.count_clock.take(used, started)
+            });
+        let count = !relaxed || took_window;
         let mut claimed = match used {
             Some(used) => {
                 conn.run(|c| used.claim_from(c, &outcomes, take, slots.at, relaxed, count))
@@ -769,7 +774,7 @@ impl<'a> Dispatcher<'a> {
             ) => self.count_clock.counted(used, started),
             // A count taken for this claim did not come back (an error, a lost race):
             // the next relaxed claim counts.
-            _ if relaxed && count => self.count_clock.release(started),
+            _ if took_window => self.count_clock.release(started),
             _ => {}
         }
         let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
