@@ -73,8 +73,8 @@ const COUNT_EVERY: Duration = Duration::from_millis(10);
 /// When a claim last counted the slots in use, and for which claimer (see
 /// [`COUNT_EVERY`]). A relaxed claim that is to count takes the window as it is sent, not
 /// when its count comes back: the two lanes claim at once, and each used to count while
-/// the other's count was still in flight (half again as many counting claims as windows,
-/// in a limited drain).
+/// the other's count was still in flight, so a limited drain made more counting claims
+/// than there were windows (docs/benchmarks.md).
 #[derive(Default)]
 pub(crate) struct CountClock(std::sync::Mutex<Option<(Arc<Claimer>, Instant)>>);
 
