@@ -430,6 +430,7 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
         not_ended,
         budget_gated,
         ending,
+        "LEAST($1::int, COALESCE(a.remaining, $1::int))",
         &format!(
             "ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) AS in_use,\n           \
              {} AS unguarded",
@@ -438,41 +439,47 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     )
 }
 
-/// [`relaxed_claim`] without the count: the limits are read from the parameters alone,
-/// every entrypoint is claimed as though none of its slots were held (the claim taking
-/// no more than the limit), and `in_use` is NULL and `unguarded` false. A job held out of
+/// [`relaxed_claim`] without the count: every entrypoint is claimed as an unlimited one
+/// is (a relaxed claim's batch is smaller than any of its limits: see `relax_margin` in
+/// `worker::builder`), the limits are read from the parameters only for the slots, and
+/// `in_use` is NULL and `unguarded` false. A job held out of
 /// the slot index's reach is found by the next claim that counts, as one held without a
 /// slot always was; meanwhile the slot index still rejects every slot already held. The
 /// count's joins, though never read, and the two probes of the slot index's ends were
 /// close to half of what a relaxed claim cost beyond an unlimited one (docs/benchmarks.md).
 pub(crate) fn relaxed_uncounted_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
     let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
-    ctes.push(
-        "available AS (\n    SELECT u.entrypoint, u.concurrency_limit,\n           \
-         CASE WHEN u.concurrency_limit > 0 THEN u.concurrency_limit END AS remaining\n    \
-         FROM UNNEST($2::text[], $5::bigint[]) AS u(entrypoint, concurrency_limit)\n)"
-            .into(),
-    );
+    ctes.push("available AS (\n    SELECT UNNEST($2::text[]) AS entrypoint\n)".into());
     relaxed_tail(
         s,
         ctes,
         not_ended,
         budget_gated,
         ending,
+        "$1::int",
         "NULL::bigint[] AS in_use, FALSE AS unguarded",
     )
 }
 
 /// The part of the relaxed claims after `available`: `ctes` so far (the ending prelude and
-/// `available`, with `entrypoint`, `concurrency_limit` and `remaining`), `not_ended` as
-/// [`ending_prelude`] gave it, and `figures` the `in_use` and `unguarded` columns, over
-/// `params` and `picked` where those exist.
+/// `available`, with `entrypoint` and whatever `take` reads), `not_ended` as
+/// [`ending_prelude`] gave it, `take` how many due rows of an entrypoint of `available a`
+/// the claim may lock, and `figures` the `in_use` and `unguarded` columns, over `params`
+/// and `picked` where those exist.
+///
+/// The rows are claimed as the unlimited shape claims them (by their addresses, with no
+/// join), and each fresh row of a limited entrypoint takes its slot from its place in the
+/// claim: its limit is looked up in `$5` by its entrypoint, and whether it is fresh is its
+/// status before the update. The shape it replaced ranked the rows with a window function
+/// and joined the update to them, which cost a relaxed claim more than its slots did
+/// (docs/benchmarks.md).
 fn relaxed_tail(
     s: &Settings,
     mut ctes: Vec<String>,
     not_ended: &str,
     budget_gated: bool,
     ending: bool,
+    take: &str,
     figures: &str,
 ) -> String {
     let queue = s.qualify(&s.queue_table);
@@ -482,35 +489,28 @@ fn relaxed_tail(
     if budget_gated {
         ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
-    // Each fresh row carries its entrypoint's limit (`lim`) to the update, which finds
-    // its row by address: no join back to the limits.
-    ctes.push(next_queued_cte(
-        &queue,
-        ", a.concurrency_limit AS lim",
-        "LEAST($1::int, COALESCE(a.remaining, $1::int))",
-        &budget_ok,
-    ));
+    ctes.push(next_queued_cte(&queue, "", take, &budget_ok));
     ctes.push(next_stale_cte(&queue, &budget_ok));
     let eligible_limit = eligible_limit(budget_gated);
-    // One rank over the whole claim, in its own order (no sort of its own): the ranks an
-    // entrypoint's fresh rows get are distinct, so are their slots, the claim being
-    // smaller than any limit a relaxed claim sees.
     ctes.push(format!(
-        "eligible AS (\n    SELECT tid, id, priority, entrypoint, fresh, lim,\n           \
-         ROW_NUMBER() OVER (ORDER BY priority DESC, id ASC) AS rank\n    \
-         FROM (\n        SELECT * FROM (\n            \
-         SELECT tid, id, priority, entrypoint, TRUE AS fresh, lim FROM next_queued\n            UNION ALL\n            \
-         SELECT tid, id, priority, entrypoint, FALSE AS fresh, NULL::bigint AS lim FROM next_stale\n        \
-         ) u ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n    ) e\n)"
+        "eligible AS (\n    SELECT tid, id, priority, entrypoint FROM (\n        \
+         SELECT tid, id, priority, entrypoint FROM next_queued\n        UNION ALL\n        \
+         SELECT tid, id, priority, entrypoint FROM next_stale\n    \
+         ) u ORDER BY priority DESC, id ASC LIMIT {eligible_limit}\n)"
     ));
+    // A row's place in the claim (from 1) numbers its slot from where the lane left off:
+    // the places are distinct, so are an entrypoint's slots, the claim being smaller than
+    // any limit a relaxed claim sees (`relax_margin`). A stale re-pick (status `picked`
+    // before the update) keeps its slot.
+    let lim = "($5::bigint[])[array_position($2::text[], job.entrypoint)]";
     ctes.push(format!(
         "claimed AS (\n    UPDATE {queue} job\n    \
          SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid,\n        \
-         slot = CASE WHEN e.fresh AND e.lim > 0\n            \
-         THEN ((floor(e.lim * $6::float8)::bigint + e.rank - 1) % e.lim)::int\n            \
+         slot = CASE WHEN job.status = 'queued' AND {lim} > 0\n            \
+         THEN ((floor({lim} * $6::float8)::bigint\n                   \
+         + array_position(ARRAY(SELECT tid FROM eligible), job.ctid) - 1) % {lim})::int\n            \
          ELSE job.slot END\n    \
-         FROM eligible e\n    \
-         WHERE job.ctid = e.tid AND job.id = e.id\n    \
+         WHERE job.ctid = ANY(ARRAY(SELECT tid FROM eligible))\n    \
          RETURNING job.*\n)"
     ));
     ctes.push(log_pick_cte(&log));
@@ -1053,7 +1053,7 @@ mod tests {
                     "{budget} {ending}: binds {next}:\n{sql}"
                 );
                 assert!(
-                    sql.contains("% e.lim)::int"),
+                    sql.contains("array_position(ARRAY(SELECT tid FROM eligible), job.ctid)"),
                     "{budget} {ending}: takes no slot"
                 );
             }

@@ -386,3 +386,113 @@ fn a_negative_slot_still_counts_toward_the_limit() {
         "the held job keeps its slot"
     );
 }
+
+/// What only the relaxed claim shapes contain: the slot a fresh row takes from its place
+/// in the claim (`relaxed_tail` in src/sql/claim.rs).
+const RELAXED_MARK: &str = "array_position(ARRAY(SELECT tid FROM eligible), job.ctid)";
+
+/// One relaxed claim takes jobs of several entrypoints at once: each fresh job of a limited
+/// one takes a slot below its own limit (each row's limit is looked up by its entrypoint),
+/// one of an unlimited entrypoint takes none, and a stale job it re-picks keeps the slot
+/// its dead holder had. A trigger records every claimed row with its transaction and
+/// whether the claiming statement was a relaxed shape.
+#[test]
+fn a_relaxed_claim_slots_each_entrypoint_by_its_own_limit_and_keeps_a_stale_jobs_slot() {
+    let db = TestDb::new();
+    let queue = Queue::new(db.pool(2));
+    db.client()
+        .batch_execute(&format!(
+            "CREATE TABLE claimed_rows (id bigint, entrypoint text, was text, slot bigint,
+                                        xact bigint, relaxed bool);
+             CREATE FUNCTION record_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO claimed_rows VALUES (NEW.id, NEW.entrypoint, OLD.status::text,
+                     NEW.slot, txid_current(), strpos(current_query(), '{RELAXED_MARK}') > 0);
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER record_claim AFTER UPDATE OF status ON pgqueuer
+             FOR EACH ROW WHEN (NEW.status = 'picked') EXECUTE FUNCTION record_claim();"
+        ))
+        .unwrap();
+    let mixed = |n: usize| -> Vec<NewJob> {
+        (0..n)
+            .map(|i| NewJob::new(["a", "b", "c"][i % 3], Vec::new()))
+            .collect()
+    };
+    let ids = queue.enqueue_many(&mixed(600)).unwrap();
+    let worker = Worker::builder(db.pool(6))
+        .threads(4)
+        .batch_size(10)
+        .entrypoint(Entrypoint::new("a").concurrency_limit(400), |_job, _ctx| {
+            Ok(())
+        })
+        .entrypoint(Entrypoint::new("b").concurrency_limit(300), |_job, _ctx| {
+            Ok(())
+        })
+        .entrypoint(Entrypoint::new("c"), |_job, _ctx| Ok(()))
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    queue.wait_for(&ids, Duration::from_secs(120)).unwrap();
+    // A job of `a` held at slot 7 by a worker that died an hour ago, ahead of every other
+    // job; the jobs enqueued with it wake the worker, whose next claim re-picks it.
+    let mut client = db.client();
+    let stale: i64 = scalar(
+        &mut client,
+        "INSERT INTO pgqueuer (priority, entrypoint, status, queue_manager_id, slot, heartbeat)
+         VALUES (10, 'a', 'picked', gen_random_uuid(), 7, NOW() - INTERVAL '1 hour')
+         RETURNING id",
+    );
+    let more = queue.enqueue_many(&mixed(60)).unwrap();
+    queue.wait_for(&more, Duration::from_secs(120)).unwrap();
+    eventually(Duration::from_secs(60), "the stale job to end", || {
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer") == 0
+    });
+    let stats = worker.stats();
+    assert_eq!(worker.join().unwrap().failed, 0);
+    assert!(stats.relaxed_claims > 0, "the worker never claimed relaxed");
+
+    let rows: Vec<(i64, String, String, Option<i64>, i64, bool)> = client
+        .query("SELECT * FROM claimed_rows ORDER BY xact, id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+        .collect();
+    assert_eq!(rows.len(), 661, "every job claimed once: {rows:?}");
+    for (id, entrypoint, was, slot, _, _) in &rows {
+        let limit = match entrypoint.as_str() {
+            "a" => Some(400),
+            "b" => Some(300),
+            _ => None,
+        };
+        match (limit, slot) {
+            (Some(limit), Some(slot)) => assert!(
+                (0..limit).contains(slot),
+                "job {id} of {entrypoint} took slot {slot}, outside 0..{limit}"
+            ),
+            (None, None) => {}
+            _ => panic!("job {id} of {entrypoint} ({was}) claimed with slot {slot:?}"),
+        }
+    }
+    let repick = rows
+        .iter()
+        .find(|r| r.0 == stale)
+        .expect("the stale job was re-picked");
+    assert_eq!(
+        (repick.2.as_str(), repick.3, repick.5),
+        ("picked", Some(7), true),
+        "the stale job is re-picked by a relaxed claim in the slot it held"
+    );
+    // Some relaxed claim took fresh jobs of both limited entrypoints and the unlimited one.
+    let mut by_claim: std::collections::HashMap<i64, HashSet<&str>> = Default::default();
+    for (_, entrypoint, was, _, xact, relaxed) in &rows {
+        if *relaxed && was == "queued" {
+            by_claim.entry(*xact).or_default().insert(entrypoint);
+        }
+    }
+    assert!(
+        by_claim.values().any(|eps| eps.len() == 3),
+        "no relaxed claim took jobs of all three entrypoints: {by_claim:?}"
+    );
+}
