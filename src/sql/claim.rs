@@ -441,12 +441,12 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
 
 /// [`relaxed_claim`] without the count: every entrypoint is claimed as an unlimited one
 /// is (a relaxed claim's batch is smaller than any of its limits: see `relax_margin` in
-/// `worker::builder`), the limits are read from the parameters only for the slots, and
-/// `in_use` is NULL and `unguarded` false. A job held out of
-/// the slot index's reach is found by the next claim that counts, as one held without a
-/// slot always was; meanwhile the slot index still rejects every slot already held. The
-/// count's joins, though never read, and the two probes of the slot index's ends were
-/// close to half of what a relaxed claim cost beyond an unlimited one (docs/benchmarks.md).
+/// `worker::builder`), the limits are read from the parameters for the slots alone, and
+/// `in_use` is NULL and `unguarded` false. A job held out of the slot index's reach is
+/// found by the next claim that counts, as one held without a slot always was; meanwhile
+/// the slot index still rejects every slot already held. The count's joins, though never
+/// read, and the two probes of the slot index's ends were close to half of what a relaxed
+/// claim cost beyond an unlimited one (docs/benchmarks.md).
 pub(crate) fn relaxed_uncounted_claim(s: &Settings, budget_gated: bool, ending: bool) -> String {
     let (mut ctes, not_ended) = ending_prelude(s, ending, 7 + usize::from(budget_gated));
     ctes.push("available AS (\n    SELECT UNNEST($2::text[]) AS entrypoint\n)".into());
