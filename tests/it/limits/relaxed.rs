@@ -395,7 +395,8 @@ const RELAXED_MARK: &str = "array_position(ARRAY(SELECT tid FROM eligible), job.
 /// one takes a slot below its own limit (each row's limit is looked up by its entrypoint),
 /// one of an unlimited entrypoint takes none, and a stale job it re-picks keeps the slot
 /// its dead holder had. A trigger records every claimed row with its transaction and
-/// whether the claiming statement was a relaxed shape.
+/// whether the claiming statement was a relaxed shape. (The stale job's entrypoint has no
+/// other job, so no fresh claim can meet its slot and turn the worker careful.)
 #[test]
 fn a_relaxed_claim_slots_each_entrypoint_by_its_own_limit_and_keeps_a_stale_jobs_slot() {
     let db = TestDb::new();
@@ -430,18 +431,21 @@ fn a_relaxed_claim_slots_each_entrypoint_by_its_own_limit_and_keeps_a_stale_jobs
             Ok(())
         })
         .entrypoint(Entrypoint::new("c"), |_job, _ctx| Ok(()))
+        .entrypoint(Entrypoint::new("d").concurrency_limit(50), |_job, _ctx| {
+            Ok(())
+        })
         .build()
         .unwrap()
         .start()
         .unwrap();
     queue.wait_for(&ids, Duration::from_secs(120)).unwrap();
-    // A job of `a` held at slot 7 by a worker that died an hour ago, ahead of every other
-    // job; the jobs enqueued with it wake the worker, whose next claim re-picks it.
+    // Every job has ended, so no slot is held. A job of `d` held at slot 7 by a worker that
+    // died an hour ago, ahead of every other job: the worker's next claim re-picks it.
     let mut client = db.client();
     let stale: i64 = scalar(
         &mut client,
         "INSERT INTO pgqueuer (priority, entrypoint, status, queue_manager_id, slot, heartbeat)
-         VALUES (10, 'a', 'picked', gen_random_uuid(), 7, NOW() - INTERVAL '1 hour')
+         VALUES (10, 'd', 'picked', gen_random_uuid(), 7, NOW() - INTERVAL '1 hour')
          RETURNING id",
     );
     let more = queue.enqueue_many(&mixed(60)).unwrap();
@@ -464,6 +468,7 @@ fn a_relaxed_claim_slots_each_entrypoint_by_its_own_limit_and_keeps_a_stale_jobs
         let limit = match entrypoint.as_str() {
             "a" => Some(400),
             "b" => Some(300),
+            "d" => Some(50),
             _ => None,
         };
         match (limit, slot) {
