@@ -20,6 +20,10 @@
 //!                             `pid` is this process's id; `finished` is the server's
 //!                             clock when the row is written. A failed write is retried
 //!                             for up to a minute (the server may be restarting).
+//!   --pool N                  most pool connections (default threads + 3)
+//!   --hold-connection         each handler holds a pool connection while it runs, as
+//!                             handlers that query the database do; with --record, its
+//!                             start is the server's clock read on that connection
 //!   --quiet                   no progress lines
 
 use std::process::ExitCode;
@@ -41,6 +45,8 @@ struct Options {
     enqueue: usize,
     drain: bool,
     record: bool,
+    pool: Option<u32>,
+    hold_connection: bool,
     quiet: bool,
 }
 
@@ -56,6 +62,8 @@ fn parse() -> Result<Options, String> {
         enqueue: 0,
         drain: false,
         record: false,
+        pool: None,
+        hold_connection: false,
         quiet: false,
     };
     let mut args = std::env::args().skip(1);
@@ -98,6 +106,8 @@ fn parse() -> Result<Options, String> {
             "--enqueue" => o.enqueue = number(value()?, "--enqueue")? as usize,
             "--drain" => o.drain = true,
             "--record" => o.record = true,
+            "--pool" => o.pool = Some(number(value()?, "--pool")? as u32),
+            "--hold-connection" => o.hold_connection = true,
             "--quiet" => o.quiet = true,
             "-h" | "--help" => return Err(HELP.to_owned()),
             other => return Err(format!("unknown option {other}")),
@@ -129,6 +139,9 @@ usage: worker [OPTIONS]
   --drain                   stop when the queue is empty (default: run until signalled)
   --record                  record each run in table pgqueuer_example_runs
                             (job_id, entrypoint, started, finished, pid) for checks
+  --pool N                  most pool connections (default threads + 3)
+  --hold-connection         each handler holds a pool connection while it runs; with
+                            --record, its start is the server's clock on that connection
   --quiet                   no progress lines
   -h, --help                this text
 
@@ -199,9 +212,11 @@ fn record_run(
 
 fn run(o: &Options) -> Result<(), pgqueuer::Error> {
     let connect = pgqueuer::ConnectOptions {
-        max_size: u32::try_from(o.threads)
-            .unwrap_or(u32::MAX)
-            .saturating_add(3),
+        max_size: o.pool.unwrap_or_else(|| {
+            u32::try_from(o.threads)
+                .unwrap_or(u32::MAX)
+                .saturating_add(3)
+        }),
         // PGQUEUER_POOLER and PGQUEUER_LISTEN_DSN, for runs through PgBouncer.
         ..pgqueuer::ConnectOptions::from_env()?
     };
@@ -236,16 +251,25 @@ fn run(o: &Options) -> Result<(), pgqueuer::Error> {
         .dequeue_timeout(Duration::from_secs_f64(o.dequeue_timeout));
     for (name, limit, millis) in &o.entrypoints {
         let (done, pool, record, millis) = (done.clone(), pool.clone(), o.record, *millis);
+        let hold = o.hold_connection;
         let mut entrypoint = Entrypoint::new(name).concurrency_limit(*limit);
         for (_, rate) in o.rates.iter().filter(|(n, _)| n == name) {
             entrypoint = entrypoint.rate_limit(rate.starts(), rate.per());
         }
         builder = builder.entrypoint(entrypoint, move |job, ctx| {
-            let started = std::time::SystemTime::now();
+            let mut started = std::time::SystemTime::now();
+            let held = if hold {
+                let mut conn = pool.get()?;
+                started = conn.query_one("SELECT clock_timestamp()", &[])?.get(0);
+                Some(conn)
+            } else {
+                None
+            };
             let until = Instant::now() + Duration::from_millis(millis);
             while Instant::now() < until && !ctx.is_cancelled() {
                 std::thread::sleep(Duration::from_millis(millis.min(10)));
             }
+            drop(held);
             if record {
                 record_run(&pool, job, started)?;
             }

@@ -568,42 +568,7 @@ impl Claimer {
             ]);
         }
         match query(&params) {
-            Ok(rows) => {
-                let mut claim = Claim::default();
-                let at = rows.first().map(JobColumns::of).transpose()?;
-                for (i, row) in rows.iter().enumerate() {
-                    if self.capacity_gated {
-                        let contended: i64 = row.try_get("contended")?;
-                        if contended > 0 {
-                            claim.lost = Some(LostRace::Contended);
-                        }
-                        if i == 0 {
-                            claim.in_use = row.try_get("in_use")?;
-                            claim.unguarded = row
-                                .try_get::<_, Option<bool>>("unguarded")?
-                                .unwrap_or(false);
-                            if self.rates.is_some() {
-                                let wait: Option<i64> = row.try_get("rate_wait_us")?;
-                                claim.rate_wait = wait.map(|us| {
-                                    Duration::from_micros(u64::try_from(us).unwrap_or(0))
-                                });
-                                claim.rate_plenty = row
-                                    .try_get::<_, Option<bool>>("rate_plenty")?
-                                    .unwrap_or(false);
-                            }
-                        }
-                    }
-                    if ending.is_some() && i == 0 {
-                        claim.ended = row.try_get("ended")?;
-                    }
-                    if let Some(at) = &at
-                        && row.try_get::<_, Option<JobId>>(at.id)?.is_some()
-                    {
-                        claim.jobs.push(Job::from_row_at(row, at)?);
-                    }
-                }
-                Ok(claim)
-            }
+            Ok(rows) => Ok(self.read_claim(&rows, ending.is_some())),
             Err(Error::Db(e)) => match sqlstate::classify(&e, &self.statements.slot_index) {
                 kind if kind.is_lost_race() => {
                     log::trace!("claim lost a race ({kind:?}); reporting an empty batch");
@@ -620,6 +585,92 @@ impl Claimer {
             },
             Err(e) => Err(e),
         }
+    }
+
+    /// Reads a committed claim's rows. Nothing here fails: the jobs are this worker's
+    /// once the statement has committed, and a claim that reported an error would leave
+    /// them picked with no one to run, heartbeat or end them until they went stale, and
+    /// then the same again for whoever re-picked them. A job whose row cannot be read
+    /// as stored comes back marked ([`Job::unreadable`]), for its handler's failure
+    /// policy to end; a figure of the claim's own that cannot be read is logged and
+    /// taken as unknown.
+    fn read_claim(&self, rows: &[postgres::Row], ending: bool) -> Claim {
+        let mut claim = Claim::default();
+        let Some(first) = rows.first() else {
+            return claim;
+        };
+        let at = match JobColumns::of(first) {
+            Ok(at) => at,
+            Err(e) => {
+                // Cannot happen: the statement is this crate's own.
+                log::error!("pgqueuer: a claim's rows lack a job column: {e}");
+                return claim;
+            }
+        };
+        let figure = |what: &str, e: &postgres::Error| {
+            log::error!(
+                "pgqueuer: cannot read a claim's {what}: {}",
+                crate::error::chain(e)
+            );
+        };
+        for (i, row) in rows.iter().enumerate() {
+            if self.capacity_gated {
+                match row.try_get::<_, i64>("contended") {
+                    Ok(contended) if contended > 0 => claim.lost = Some(LostRace::Contended),
+                    Ok(_) => {}
+                    Err(e) => figure("contention", &e),
+                }
+                if i == 0 {
+                    claim.in_use = row
+                        .try_get("in_use")
+                        .map_err(|e| figure("slots in use", &e))
+                        .unwrap_or_default();
+                    claim.unguarded = row
+                        .try_get::<_, Option<bool>>("unguarded")
+                        .map_err(|e| figure("unguarded jobs", &e))
+                        .unwrap_or_default()
+                        .unwrap_or(false);
+                    if self.rates.is_some() {
+                        let wait: Option<i64> = row
+                            .try_get("rate_wait_us")
+                            .map_err(|e| figure("rate wait", &e))
+                            .unwrap_or_default();
+                        claim.rate_wait =
+                            wait.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
+                        claim.rate_plenty = row
+                            .try_get::<_, Option<bool>>("rate_plenty")
+                            .map_err(|e| figure("rate plenty", &e))
+                            .unwrap_or_default()
+                            .unwrap_or(false);
+                    }
+                }
+            }
+            if ending && i == 0 {
+                claim.ended = row
+                    .try_get("ended")
+                    .map_err(|e| figure("ended jobs", &e))
+                    .unwrap_or_default();
+            }
+            match row.try_get::<_, Option<JobId>>(at.id) {
+                Ok(None) => {}
+                Ok(Some(_)) => match Job::from_row_at(row, &at) {
+                    Ok(job) => {
+                        if let Some(problem) = &job.unreadable {
+                            log::warn!(
+                                "pgqueuer: job {} ({}) cannot be read as stored ({problem}); \
+                                 it ends as a failure without running",
+                                job.id,
+                                job.entrypoint
+                            );
+                        }
+                        claim.jobs.push(job);
+                    }
+                    Err(e) => log::error!("pgqueuer: a claimed job's id cannot be read: {e}"),
+                },
+                Err(e) => figure("job id", &e),
+            }
+        }
+        claim
     }
 
     /// Ends claimed jobs, as a rule in one statement: deletes them (or holds `Failed`

@@ -341,6 +341,18 @@ impl Conn {
         }
     }
 
+    /// Opens connections like this one (the same target, TLS settings and pooler) outside
+    /// any pool, their `application_name` ending in `-{role}`: for a loop that keeps a
+    /// fleet safe (heartbeats, outcomes), which nothing a handler does with the pool may
+    /// keep waiting for a connection.
+    pub(crate) fn sibling(&self, role: &str) -> Manager {
+        Manager {
+            target: self.target.for_role(role),
+            pooler: self.statements.pooler,
+            listen: self.listen.clone(),
+        }
+    }
+
     /// Turns sequential scans, bitmap scans, sorts and JIT off for this session, so the
     /// planner reaches rows through plain index scans, in index order where a statement
     /// wants order, and makes prepared statements use one generic plan from their first
@@ -499,6 +511,9 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> Result<Conn, postgres::Error> {
         let mut client = self.target.connect()?;
+        if self.pooler == Pooler::Direct {
+            client.batch_execute(crate::sql::SESSION_RAW_TEXT_IN_SQL_ASCII)?;
+        }
         if log::log_enabled!(log::Level::Debug) {
             log::debug!(
                 "pgqueuer: connected to {} ({}): {}",
@@ -591,17 +606,25 @@ impl Target {
     /// This target for a LISTEN connection: its `application_name` ends in `-listen`, so
     /// that `pg_stat_activity` tells an operator (and a test) which connection listens.
     pub(crate) fn for_listening(&self) -> Target {
+        self.for_role("listen")
+    }
+
+    /// This target for a connection of one role (`listen`, `heartbeat`, `complete`): its
+    /// `application_name` ends in `-{role}`, so that `pg_stat_activity` tells an operator
+    /// (and a test) what each of a worker's connections does.
+    pub(crate) fn for_role(&self, role: &str) -> Target {
         let mut target = self.clone();
         let name = self.config.get_application_name().unwrap_or("pgqueuer-rs");
-        if !name.ends_with("-listen") {
+        let suffix = format!("-{role}");
+        if !name.ends_with(&suffix) {
             // PostgreSQL keeps 63 bytes of it.
-            let mut cut = name.len().min(63 - "-listen".len());
+            let mut cut = name.len().min(63_usize.saturating_sub(suffix.len()));
             while !name.is_char_boundary(cut) {
                 cut -= 1;
             }
             target
                 .config
-                .application_name(&format!("{}-listen", &name[..cut]));
+                .application_name(&format!("{}{suffix}", &name[..cut]));
         }
         target
     }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::headers::Headers;
 use crate::payload::PayloadView;
 
 /// A job's id (`pgqueuer.id`).
@@ -96,18 +97,24 @@ pub struct Job {
     pub dedupe_key: Option<String>,
     /// The payload bytes, exactly as enqueued (`None` when enqueued without one).
     pub payload: Option<Vec<u8>>,
-    /// Headers as a JSON value. Python writes JSON `null` when there are none; both SQL
-    /// NULL and JSON `null` read back as `None`.
-    pub headers: Option<serde_json::Value>,
+    /// Headers, as stored (any valid `jsonb`; see [`Headers`]). Python writes JSON `null`
+    /// when there are none; both SQL NULL and JSON `null` read back as `None`.
+    pub headers: Option<Headers>,
     /// How many times the job was requeued by a retry.
     pub attempts: i32,
     /// The capacity slot held while picked under a concurrency limit.
     pub slot: Option<i64>,
+    /// Why some column of the row could not be read as stored, naming each (`dedupe_key:
+    /// not valid UTF-8`, from a `SQL_ASCII` database, say); those fields hold what could
+    /// be read. `None` for every row this crate or PgQueuer writes. A worker ends such a
+    /// job as its entrypoint ends a failure (`exception`, or `failed` when held) without
+    /// running its handler; inspection shows the rest of the row.
+    pub unreadable: Option<String>,
 }
 
 impl Job {
     /// Reads a row returned with `sql::JOB_COLUMNS` (optionally prefixed by a table
-    /// alias).
+    /// alias). Fails only when the row has no readable id; see [`Job::from_row_at`].
     pub(crate) fn from_row(row: &postgres::Row) -> crate::Result<Job> {
         Job::from_row_at(row, &JobColumns::of(row)?)
     }
@@ -115,23 +122,51 @@ impl Job {
     /// [`Job::from_row`] with the columns already found: a claim reads a batch of rows
     /// of one shape, and finding 14 columns by name again for each row cost more than
     /// reading them.
+    ///
+    /// A row written by another program is read whatever its columns hold: a value that
+    /// cannot be read as its field's type (text that is not UTF-8 in a `SQL_ASCII`
+    /// database, say) is read as near as it can be (text with replacement characters,
+    /// else the field's zero) and named in [`Job::unreadable`]. Only an unreadable id
+    /// fails: nothing could end such a job.
     pub(crate) fn from_row_at(row: &postgres::Row, at: &JobColumns) -> crate::Result<Job> {
-        let headers: Option<Headers> = row.try_get(at.headers)?;
+        let mut read = ColumnReader {
+            row,
+            problems: Vec::new(),
+        };
+        let id: JobId = row.try_get(at.id)?;
+        let status = read.text(at.status, "status");
+        let status = parse_status(&status).unwrap_or_else(|e| {
+            read.problems.push(format!("status: {e}"));
+            Status::Picked
+        });
+        let headers = read
+            .value::<crate::headers::StoredHeaders>(at.headers, "headers")
+            .and_then(|h| h.0);
+        let epoch = std::time::SystemTime::UNIX_EPOCH;
+        let job = Job {
+            id,
+            priority: read.value(at.priority, "priority").unwrap_or(0),
+            queue_manager_id: read
+                .value(at.queue_manager_id, "queue_manager_id")
+                .flatten(),
+            created: read.value(at.created, "created").unwrap_or(epoch),
+            updated: read.value(at.updated, "updated").unwrap_or(epoch),
+            heartbeat: read.value(at.heartbeat, "heartbeat").unwrap_or(epoch),
+            execute_after: read
+                .value(at.execute_after, "execute_after")
+                .unwrap_or(epoch),
+            status,
+            entrypoint: read.text(at.entrypoint, "entrypoint"),
+            dedupe_key: read.optional_text(at.dedupe_key, "dedupe_key"),
+            payload: read.value(at.payload, "payload").flatten(),
+            headers,
+            attempts: read.value(at.attempts, "attempts").unwrap_or(0),
+            slot: read.value(at.slot, "slot").flatten(),
+            unreadable: None,
+        };
         Ok(Job {
-            id: row.try_get(at.id)?,
-            priority: row.try_get(at.priority)?,
-            queue_manager_id: row.try_get(at.queue_manager_id)?,
-            created: row.try_get(at.created)?,
-            updated: row.try_get(at.updated)?,
-            heartbeat: row.try_get(at.heartbeat)?,
-            execute_after: row.try_get(at.execute_after)?,
-            status: parse_status(row.try_get::<_, &str>(at.status)?)?,
-            entrypoint: row.try_get(at.entrypoint)?,
-            dedupe_key: row.try_get(at.dedupe_key)?,
-            payload: row.try_get(at.payload)?,
-            headers: headers.and_then(|h| h.0),
-            attempts: row.try_get(at.attempts)?,
-            slot: row.try_get(at.slot)?,
+            unreadable: (!read.problems.is_empty()).then(|| read.problems.join("; ")),
+            ..job
         })
     }
 
@@ -383,31 +418,70 @@ pub(crate) fn status_of(row: &postgres::Row) -> crate::Result<Status> {
     parse_status(&row.try_get::<_, String>("status")?)
 }
 
-/// A `headers` value as read from a row: JSON `null` (what PgQueuer writes for a job
-/// without headers) reads as `None` without going through the JSON parser, which every
-/// claimed job would otherwise pay for.
-struct Headers(Option<serde_json::Value>);
+/// Reads a job's columns one by one, keeping the problem of each that cannot be read
+/// (see [`Job::from_row_at`]).
+struct ColumnReader<'r> {
+    row: &'r postgres::Row,
+    problems: Vec<String>,
+}
 
-impl<'a> postgres::types::FromSql<'a> for Headers {
-    fn from_sql(
-        ty: &postgres::types::Type,
-        raw: &'a [u8],
-    ) -> std::result::Result<Headers, Box<dyn std::error::Error + Sync + Send>> {
-        // JSONB's binary form is a version byte (1) before the text; JSON's is the text.
-        let text = match (ty == &postgres::types::Type::JSONB, raw) {
-            (true, [1, text @ ..]) => text,
-            (false, text) => text,
-            (true, _) => return Err("unsupported JSONB encoding version".into()),
-        };
-        if text == b"null" {
-            return Ok(Headers(None));
+impl ColumnReader<'_> {
+    /// The column's value, or `None` with the problem noted.
+    fn value<T: for<'a> postgres::types::FromSql<'a>>(
+        &mut self,
+        at: usize,
+        name: &str,
+    ) -> Option<T> {
+        match self.row.try_get::<_, T>(at) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.problems
+                    .push(format!("{name}: {}", crate::error::chain(&e)));
+                None
+            }
         }
-        let value: serde_json::Value = serde_json::from_slice(text)?;
-        Ok(Headers((!value.is_null()).then_some(value)))
+    }
+
+    /// A text column, read with replacement characters where it is not UTF-8 (noted).
+    fn text(&mut self, at: usize, name: &str) -> String {
+        self.optional_text(at, name).unwrap_or_default()
+    }
+
+    /// A nullable text column, as [`ColumnReader::text`].
+    fn optional_text(&mut self, at: usize, name: &str) -> Option<String> {
+        let raw = self.value::<Option<LossyText>>(at, name).flatten()?;
+        if raw.lossy {
+            self.problems.push(format!(
+                "{name}: not valid UTF-8 (read with replacement characters)"
+            ));
+        }
+        Some(raw.text)
+    }
+}
+
+/// A text value as its bytes allow: UTF-8 as is, anything else with replacement
+/// characters (`lossy`). A `SQL_ASCII` database hands out whatever bytes were stored.
+struct LossyText {
+    text: String,
+    lossy: bool,
+}
+
+impl<'a> postgres::types::FromSql<'a> for LossyText {
+    fn from_sql(
+        _: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<LossyText, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(match String::from_utf8_lossy(raw) {
+            std::borrow::Cow::Borrowed(text) => LossyText {
+                text: text.to_owned(),
+                lossy: false,
+            },
+            std::borrow::Cow::Owned(text) => LossyText { text, lossy: true },
+        })
     }
 
     fn accepts(ty: &postgres::types::Type) -> bool {
-        <serde_json::Value as postgres::types::FromSql>::accepts(ty)
+        <String as postgres::types::FromSql>::accepts(ty)
     }
 }
 
@@ -421,29 +495,6 @@ pub(crate) fn parse_status(label: &str) -> crate::Result<Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn headers_read_json_null_as_none_and_refuse_what_they_cannot_read() {
-        use postgres::types::{FromSql, Type};
-        let read = |ty: &Type, raw: &[u8]| Headers::from_sql(ty, raw).map(|h| h.0);
-        assert_eq!(read(&Type::JSONB, b"\x01null").unwrap(), None);
-        assert_eq!(read(&Type::JSON, b"null").unwrap(), None);
-        assert_eq!(read(&Type::JSON, b" null ").unwrap(), None);
-        assert_eq!(
-            read(&Type::JSONB, b"\x01{\"otel\": {\"traceparent\": \"x\"}}").unwrap(),
-            Some(serde_json::json!({"otel": {"traceparent": "x"}}))
-        );
-        assert_eq!(
-            read(&Type::JSON, b"[1]").unwrap(),
-            Some(serde_json::json!([1]))
-        );
-        let version = read(&Type::JSONB, b"\x02null").unwrap_err().to_string();
-        assert!(version.contains("JSONB encoding version"), "{version}");
-        assert!(read(&Type::JSONB, b"").is_err());
-        assert!(read(&Type::JSONB, b"\x01{").is_err());
-        assert!(Headers::accepts(&Type::JSONB) && Headers::accepts(&Type::JSON));
-        assert!(!Headers::accepts(&Type::TEXT));
-    }
 
     #[test]
     fn an_id_set_holds_what_it_was_made_of_in_any_order() {

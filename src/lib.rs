@@ -91,8 +91,10 @@ pub mod events;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod headers;
 mod job;
 mod lock;
+mod loop_conn;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod ops;
@@ -119,6 +121,7 @@ pub use connect::{
 };
 pub use cron::Cron;
 pub use error::{Error, Result};
+pub use headers::Headers;
 pub use job::{FailedJob, Failure, Job, JobId, LogEntry, Status};
 pub use payload::{PayloadKind, PayloadView};
 pub use queue::{

@@ -37,7 +37,8 @@ const ROW_OVERHEAD_BYTES: usize = 64;
 /// - `entrypoint`: 1 to [`NewJob::MAX_ENTRYPOINT_BYTES`] bytes, no NUL character;
 /// - `dedupe_key`: 1 to [`NewJob::MAX_DEDUPE_KEY_BYTES`] bytes, no NUL (the key lives in
 ///   a B-tree index, whose entries PostgreSQL caps at about 2.7 kB);
-/// - `headers`: a JSON object, with no NUL character in any string (jsonb refuses it);
+/// - `headers`: a JSON object, nested at most [`NewJob::MAX_HEADERS_DEPTH`] levels, with
+///   no NUL character in any key or string (jsonb refuses it);
 /// - `execute_after`: at most [`NewJob::MAX_EXECUTE_AFTER`];
 /// - `payload`: any bytes, within the batch limit [`Queue::MAX_BATCH_BYTES`].
 #[derive(Clone, PartialEq)]
@@ -77,6 +78,10 @@ impl NewJob {
     /// the range of Python's `datetime` (which ends with the year 9999), and PgQueuer's
     /// readers can read every row this crate writes.
     pub const MAX_EXECUTE_AFTER: Duration = crate::time::MAX_DELAY;
+
+    /// The deepest nesting of arrays and objects accepted in headers, so that every
+    /// reader can parse them (`serde_json` stops at 128 levels).
+    pub const MAX_HEADERS_DEPTH: usize = crate::headers::MAX_HEADERS_DEPTH;
 
     /// A job for `entrypoint` carrying `payload` (any bytes, stored exactly).
     pub fn new(entrypoint: impl Into<String>, payload: impl Into<Vec<u8>>) -> NewJob {
@@ -225,12 +230,8 @@ impl<'a> Columns<'a> {
             let headers = match &job.headers {
                 None => Cow::Borrowed("null"),
                 Some(value @ Value::Object(_)) => {
-                    if has_nul(value) {
-                        return Err(Error::invalid(
-                            field(i, "headers"),
-                            "contains a NUL character, which jsonb cannot store",
-                        ));
-                    }
+                    crate::headers::check_new_headers(value)
+                        .map_err(|why| Error::invalid(field(i, "headers"), why))?;
                     Cow::Owned(value.to_string())
                 }
                 Some(other) => {
@@ -289,15 +290,6 @@ impl Columns<'_> {
                 self.headers[i] = Cow::Owned(Value::Object(headers).to_string());
             }
         }
-    }
-}
-
-fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 

@@ -90,9 +90,10 @@ const RELEASE_ATTEMPTS: u32 = 3;
 /// stalled that long may run twice). Fires missed while no scheduler ran are not
 /// replayed: each claim sets the next fire from the current time.
 ///
-/// A scheduler holds at most `threads + 2` connections of its pool at once (the
-/// claiming loop, the heartbeat, and each handler thread while it releases its row);
-/// handlers that use the same pool need more.
+/// A scheduler holds at most `threads + 1` connections of its pool at once (the
+/// claiming loop, and each handler thread while it releases its row), and one of its
+/// own for the heartbeat, outside the pool, so that handlers that use the same pool
+/// cannot keep running schedules from their heartbeats.
 ///
 /// # Shutdown
 ///
@@ -160,9 +161,10 @@ impl Scheduler {
         if self.shutdown.is_shutdown() {
             return Ok(());
         }
-        self.prepare()?;
+        let beat_conn = self.prepare()?;
         let runner = Runner {
             pool: &self.pool,
+            beat_conn,
             sql: &self.sql,
             registrations: &self.registrations,
             active: Mutex::new(HashSet::new()),
@@ -241,9 +243,11 @@ impl Scheduler {
         })
     }
 
-    /// Deletes `clean_old` rows and inserts missing schedules.
-    fn prepare(&self) -> Result<()> {
+    /// Deletes `clean_old` rows and inserts missing schedules; returns what opens the
+    /// heartbeat's connection.
+    fn prepare(&self) -> Result<crate::connect::Manager> {
         let mut conn = self.pool.get()?;
+        let beat_conn = conn.sibling("schedule-heartbeat");
         if !self.clean_old.is_empty() {
             let names: Vec<&str> = self.clean_old.iter().map(String::as_str).collect();
             let no_ids: &[ScheduleId] = &[];
@@ -256,7 +260,7 @@ impl Scheduler {
             log::info!("removed {removed} old schedule(s) of {names:?}");
         }
         if self.registrations.is_empty() {
-            return Ok(());
+            return Ok(beat_conn);
         }
         let now = SystemTime::now();
         let expressions: Vec<&str> = self
@@ -282,7 +286,7 @@ impl Scheduler {
                 (&delays, Type::INT8_ARRAY),
             ],
         )?;
-        Ok(())
+        Ok(beat_conn)
     }
 }
 
@@ -337,6 +341,9 @@ impl Drop for RunningScheduler {
 /// The state the threads of one `run` share.
 struct Runner<'a> {
     pool: &'a Pool,
+    /// Opens the heartbeat's own connection, outside the pool: handlers that hold pool
+    /// connections must not keep the running schedules from their heartbeats.
+    beat_conn: crate::connect::Manager,
     sql: &'a ScheduleSql,
     registrations: &'a [Registration],
     /// Ids of the schedules this scheduler has claimed and not yet released: the claim
@@ -506,6 +513,7 @@ impl Runner<'_> {
 
     /// Marks the active schedules alive every second until `stop` disconnects.
     fn heartbeat_loop(&self, stop: &Receiver<()>) {
+        let mut conn = crate::loop_conn::LoopConn::own(&self.beat_conn);
         loop {
             select! {
                 recv(stop) -> _ => return,
@@ -515,8 +523,8 @@ impl Runner<'_> {
             if ids.is_empty() {
                 continue;
             }
-            let result = self.pool.get().map_err(Error::from).and_then(|mut conn| {
-                conn.query_cached(&self.sql.heartbeat, &[(&ids, Type::INT8_ARRAY)])?;
+            let result = conn.run(|c| {
+                c.query_cached(&self.sql.heartbeat, &[(&ids, Type::INT8_ARRAY)])?;
                 Ok(())
             });
             if let Err(e) = result {

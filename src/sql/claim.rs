@@ -508,7 +508,7 @@ fn relaxed_tail(
          SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid,\n        \
          slot = CASE WHEN job.status = 'queued' AND {lim} > 0\n            \
          THEN ((floor({lim} * $6::float8)::bigint\n                   \
-         + array_position(ARRAY(SELECT tid FROM eligible), job.ctid) - 1) % {lim})::int\n            \
+         + array_position(ARRAY(SELECT tid FROM eligible), job.ctid) - 1) % {lim})\n            \
          ELSE job.slot END\n    \
          WHERE job.ctid = ANY(ARRAY(SELECT tid FROM eligible))\n    \
          RETURNING job.*\n)"

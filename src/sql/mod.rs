@@ -205,6 +205,15 @@ pub(crate) const SESSION_PLAN_WITH_INDEXES: &str = "SET enable_seqscan = off; SE
      SET enable_sort = off; SET jit = off; \
      SET plan_cache_mode = force_generic_plan";
 
+/// Run on each new direct connection: in a `SQL_ASCII` database, whose text holds
+/// whatever bytes were written, the server refuses to send a row with bytes that are not
+/// UTF-8 to a UTF-8 client (22021), failing the whole statement, so one such row would
+/// fail every claim that reaches it. With `client_encoding` `SQL_ASCII` too the bytes
+/// come as stored, and the client reads them as it can (see `Job::unreadable`). Nothing
+/// changes for any other server encoding.
+pub(crate) const SESSION_RAW_TEXT_IN_SQL_ASCII: &str = "SELECT set_config('client_encoding', 'SQL_ASCII', false) \
+     WHERE current_setting('server_encoding') = 'SQL_ASCII'";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,9 +22,15 @@ use super::entrypoint::{Context, Entrypoint, Handler, HandlerResult, Registry};
 use super::limits::LimitWatch;
 use super::stats::Stats;
 
-/// Pool connections a worker needs: one for claims, one for heartbeats, one for writing
-/// outcomes (the listener opens its own, outside the pool).
-pub(crate) const POOL_CONNECTIONS: u32 = 3;
+/// Pool connections a worker needs: one for its claims. Heartbeats and outcomes have a
+/// connection each of their own, and so has the listener, all outside the pool: handlers
+/// that hold or wait for pool connections must not keep a worker's jobs from their
+/// heartbeats (another worker would take them as stale and run them again) or its
+/// outcomes from being written.
+pub(crate) const POOL_CONNECTIONS: u32 = 1;
+
+/// Pool connections a worker with a second claim lane needs (see [`MAX_LANES`]).
+const TWO_LANE_POOL: u32 = 4;
 
 /// Claims a worker has in flight at once when its pool has room for a second claim
 /// connection (each runs on a claim lane of its own, see `dispatcher`).
@@ -327,7 +333,7 @@ impl WorkerBuilder {
                 "pool",
                 format!(
                     "the pool holds at most {} connections; a worker needs {POOL_CONNECTIONS} \
-                     (claims, heartbeats, outcomes), plus any its handlers take",
+                     for its claims, plus any its handlers take",
                     self.pool.max_size()
                 ),
             ));
@@ -364,12 +370,18 @@ impl WorkerBuilder {
                 (None, Some(o.poll_interval))
             }
         };
+        let heartbeat_conn = conn.sibling("heartbeat");
+        let complete_conn = conn.sibling("complete");
         drop(conn);
-        // A second claim in flight where the pool has room. With limits it claims only
-        // while they are far from binding, and its search for free slots starts half the
-        // limit away from the first lane's, so that the two take different slots.
-        let lanes = usize::try_from((self.pool.max_size() - POOL_CONNECTIONS + 1).min(MAX_LANES))
-            .unwrap_or(1);
+        // A second claim in flight where the pool has room for it beside a handler's
+        // connection. With limits it claims only while they are far from binding, and
+        // its search for free slots starts half the limit away from the first lane's, so
+        // that the two take different slots.
+        let lanes = if self.pool.max_size() >= TWO_LANE_POOL {
+            usize::try_from(MAX_LANES).unwrap_or(1)
+        } else {
+            1
+        };
         // A batch may be claimed ahead where no slot is at stake: always without limits,
         // with them only while they are far from binding (see `relax_margin`).
         let claim_ahead = o.batch_size;
@@ -390,6 +402,8 @@ impl WorkerBuilder {
             limits,
             config: Arc::new(WorkerConfig {
                 pool: self.pool,
+                heartbeat_conn,
+                complete_conn,
                 listen,
                 poll_interval,
                 settings,
@@ -414,6 +428,10 @@ impl WorkerBuilder {
 /// Everything a worker's run needs that `build()` fixed.
 pub(crate) struct WorkerConfig {
     pub(crate) pool: Pool,
+    /// Opens the heartbeat thread's connection, outside the pool.
+    pub(crate) heartbeat_conn: crate::connect::Manager,
+    /// Opens the completer's connection, outside the pool.
+    pub(crate) complete_conn: crate::connect::Manager,
     /// Where the listener connects (`None`: it cannot, the dispatcher polls).
     pub(crate) listen: Option<crate::connect::Target>,
     /// Set when the worker polls instead of listening: the longest wait between looks.

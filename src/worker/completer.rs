@@ -35,14 +35,14 @@ use crossbeam_channel::{Receiver, select};
 use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
 use super::ledger::Ledger;
-use super::loop_conn::LoopConn;
 use super::outcomes::{MAX_BATCH, Outcomes, Pending, Requeue};
 use super::stats::Stats;
 use crate::claim::{Claimer, Outcome};
-use crate::connect::PooledConn;
+use crate::connect::Conn;
 use crate::error::Error;
 use crate::events::{Event, Operation, TableChanged};
 use crate::job::{IdSet, JobId, Status, storable_text};
+use crate::loop_conn::LoopConn;
 use crate::shutdown::ShutdownHandle;
 use crate::sqlstate;
 use crate::time::{TimeStyle, format_time};
@@ -84,7 +84,7 @@ impl Completer<'_> {
     pub(crate) fn run(&self, alive: &Receiver<()>) {
         let mut writer = Writer {
             config: self.config,
-            conn: LoopConn::new(&self.config.pool),
+            conn: LoopConn::own(&self.config.complete_conn),
             ledger: self.ledger,
             shutdown: self.shutdown,
             stats: self.stats,
@@ -461,7 +461,7 @@ impl Writer<'_> {
     fn attempt<T>(
         &mut self,
         what: &str,
-        mut op: impl FnMut(&Claimer, &mut PooledConn) -> crate::Result<T>,
+        mut op: impl FnMut(&Claimer, &mut Conn) -> crate::Result<T>,
     ) -> Attempt<T> {
         let claimer = &self.config.claimer;
         let mut backoff = Duration::from_millis(20);

@@ -36,12 +36,12 @@ use super::doorbell::{Doorbell, Wake};
 use super::jitter::Jitter;
 use super::ledger::Ledger;
 use super::limits::LimitWatch;
-use super::loop_conn::LoopConn;
 use super::rate_gate::RateGate;
 use super::stats::{Lost, Stats};
 use crate::claim::{Claim, Claimer, LostRace, NextWake};
 use crate::job::Job;
 use crate::lock::lock;
+use crate::loop_conn::LoopConn;
 use crate::shutdown::ShutdownHandle;
 
 /// Shortest idle wait when work is known to be queued but could not be claimed (limits

@@ -155,6 +155,29 @@ impl Executor<'_> {
             // handler has seen it, so it goes back to the queue for any worker.
             return Verdict::Release;
         }
+        if let Some(problem) = &job.unreadable {
+            // Its handler would see fields that are not what was stored: the job ends as
+            // a failure, by its entrypoint's policy, without a retry that would read the
+            // same row again.
+            let failure = Failure {
+                type_name: "UnreadableRow",
+                message: format!("the job's row cannot be read as stored: {problem}"),
+                traceback: format!(
+                    "not run: job {} ({}) has columns this worker cannot read as stored \
+                     ({problem}); rewrite them or requeue the job from a program that can",
+                    job.id, job.entrypoint
+                ),
+            };
+            super::warning::warn_always(format_args!(
+                "job {} ({}) failed: {}: {}",
+                job.id, job.entrypoint, failure.type_name, failure.message
+            ));
+            let status = match entry.options.on_failure {
+                OnFailure::Delete => Status::Exception,
+                OnFailure::Hold => Status::Failed,
+            };
+            return Verdict::End(status, Some(failure));
+        }
         let started = Instant::now();
         if let (Some(timeout), Some(deadlines)) = (entry.options.timeout, self.deadlines) {
             deadlines.arm(Armed {

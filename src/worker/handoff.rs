@@ -152,6 +152,7 @@ pub(crate) mod tests {
             headers: None,
             attempts: 0,
             slot: None,
+            unreadable: None,
         }
     }
 

@@ -12,8 +12,8 @@ use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
 use super::ledger::Ledger;
 use super::limits::{self, LimitWatch};
-use super::loop_conn::LoopConn;
 use super::stats::Stats;
+use crate::loop_conn::LoopConn;
 
 /// How long a beat retries rows another session holds locked before it leaves them for
 /// the next beat.
@@ -30,8 +30,8 @@ pub(crate) fn run(
 ) {
     let interval = config.heartbeat_interval();
     // After a failed beat, try again soon rather than a whole interval later.
-    let retry = interval.min(Duration::from_secs(1));
-    let mut conn = LoopConn::new(&config.pool);
+    let retry = interval.min(Duration::from_secs(1)) / 4;
+    let mut conn = LoopConn::own(&config.heartbeat_conn);
     let mut next_beat = Instant::now() + interval;
     let mut next_check = Instant::now();
     let mut declaration = Declaration::default();
@@ -77,10 +77,22 @@ pub(crate) fn run(
         // locked is retried for a moment only, and left for the next beat.
         let probe = crate::connect::PROBE_TIMEOUT.min(interval / 2);
         let ids: Vec<_> = owned.iter().map(|h| h.id).collect();
-        let beat = conn.run(|c| {
-            c.client().is_valid(probe)?;
-            config.claimer.heartbeat_within(c, &ids, LOCKED_WAIT)
-        });
+        let beat_on = |conn: &mut LoopConn<'_>| {
+            conn.run(|c| {
+                c.client().is_valid(probe)?;
+                config.claimer.heartbeat_within(c, &ids, LOCKED_WAIT)
+            })
+        };
+        let beat = match beat_on(&mut conn) {
+            // The connection was lost (a terminated backend, a restarted server, or one
+            // that died while no job was owned): the same beat again at once on a fresh
+            // one, since the jobs' last beat may be most of a timeout ago already.
+            Err(e) if !conn.is_open() => {
+                log::debug!("pgqueuer heartbeat lost its connection ({e}); beating again at once");
+                beat_on(&mut conn)
+            }
+            beat => beat,
+        };
         match beat {
             Ok((refreshed, locked)) => {
                 log::trace!(

@@ -286,7 +286,7 @@ pub(crate) fn wake_channel(worker: uuid::Uuid) -> String {
 /// Wakes this worker's listener ([`wake_channel`]) on `conn`. Its payload is empty:
 /// anyone can send on the channel, and all a notification there causes is one more look
 /// at whether the executors have exited.
-pub(crate) fn wake(conn: &mut crate::connect::PooledConn, worker: uuid::Uuid) -> crate::Result<()> {
+pub(crate) fn wake(conn: &mut crate::connect::Conn, worker: uuid::Uuid) -> crate::Result<()> {
     let channel = wake_channel(worker);
     conn.query_cached(
         sql::CHANNEL_NOTIFY,

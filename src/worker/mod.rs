@@ -25,7 +25,6 @@ mod ledger;
 mod limits;
 mod listener;
 mod liveness;
-mod loop_conn;
 mod outcomes;
 mod owned;
 mod rate_gate;

@@ -585,6 +585,13 @@ impl TestDb {
         Self::create("template0")
     }
 
+    /// A fresh, empty database in the `SQL_ASCII` encoding, whose text columns hold
+    /// whatever bytes were written (not always UTF-8): what another program's rows can
+    /// look like.
+    pub fn sql_ascii() -> TestDb {
+        Self::create("template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'")
+    }
+
     fn create(template: &str) -> TestDb {
         init_logging();
         let server = server();

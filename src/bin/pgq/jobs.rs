@@ -96,12 +96,16 @@ fn row_json(job: &Job) -> serde_json::Map<String, Value> {
         "attempts": job.attempts,
         "queue_manager_id": job.queue_manager_id.map(|id| id.to_string()),
         "slot": job.slot,
-        "headers": job.headers,
+        "headers": job.headers.as_ref().map(pgqueuer::Headers::to_json_value),
         "dedupe_key": job.dedupe_key,
         "payload_bytes": job.payload.as_ref().map_or(0, Vec::len),
     }) else {
         unreachable!("a JSON object literal")
     };
+    let mut row = row;
+    if let Some(problem) = &job.unreadable {
+        row.insert("unreadable".into(), json!(problem));
+    }
     row
 }
 
@@ -283,6 +287,9 @@ fn print_job(job: &Job) {
     for (name, value) in fields {
         println!("  {name:<14} {value}");
     }
+    if let Some(problem) = &job.unreadable {
+        println!("  {:<14} {problem}", "unreadable");
+    }
     match job.payload_view() {
         None => println!("\nPayload: none"),
         Some(view) => {
@@ -296,8 +303,10 @@ fn print_job(job: &Job) {
         None => println!("\nHeaders: none"),
         Some(headers) => println!(
             "\nHeaders:\n  {}",
-            serde_json::to_string_pretty(headers)
-                .unwrap_or_default()
+            headers
+                .value()
+                .and_then(|v| serde_json::to_string_pretty(v).ok())
+                .unwrap_or_else(|| headers.as_json().to_owned())
                 .replace('\n', "\n  ")
         ),
     }
@@ -386,6 +395,7 @@ mod tests {
                 headers: None,
                 attempts: 3,
                 slot: None,
+                unreadable: None,
             },
             failure: Some(Failure {
                 exception_type: "ValueError".into(),

@@ -27,7 +27,7 @@ pub struct Run {
 
 impl Run {
     /// Asserts success and returns stdout.
-    fn ok(self) -> String {
+    pub fn ok(self) -> String {
         assert_eq!(self.code, 0, "pgq failed: {self:?}");
         self.stdout
     }

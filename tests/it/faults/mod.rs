@@ -28,5 +28,6 @@ mod rescue;
 mod restart;
 mod sigkill;
 mod soak;
+mod starved;
 mod terminate;
 mod timeouts;

@@ -146,7 +146,10 @@ fn python_enqueues_and_our_worker_runs_identical_jobs() {
         assert_eq!(job.priority, sample.priority, "priority of job {id}");
         assert_eq!(job.dedupe_key, sample.dedupe_key, "dedupe key of job {id}");
         assert_eq!(
-            job.headers.clone().unwrap_or(Value::Null),
+            job.headers
+                .as_ref()
+                .and_then(|h| h.value().cloned())
+                .unwrap_or(Value::Null),
             sample.headers,
             "headers of job {id}"
         );

@@ -183,3 +183,74 @@ fn the_default_worker_claims_full_batches_of_ten() {
     );
     assert_eq!(largest, 10, "the largest claim took {largest} jobs");
 }
+
+/// A limit above the largest 32-bit integer (any `u32` is allowed) claims like any other
+/// far from full: 200 jobs of an entrypoint limited to `u32::MAX`, claimed ten at a time
+/// on two lanes, all run once, each picked with a slot below its limit.
+#[test]
+fn a_limit_beyond_32_bits_claims_and_slots_like_any_other() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "CREATE TABLE slots_taken (id bigint, slot bigint);
+             CREATE FUNCTION note_slot() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.status = 'picked' THEN
+                     INSERT INTO slots_taken VALUES (NEW.id, NEW.slot);
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER note_slot AFTER UPDATE ON pgqueuer
+                 FOR EACH ROW EXECUTE FUNCTION note_slot();",
+        )
+        .unwrap();
+    let pool = db.pool(6);
+    let queue = Queue::new(pool.clone());
+    let jobs: Vec<NewJob> = (0..200)
+        .map(|i| NewJob::new("wide", format!("{i}")))
+        .collect();
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    let ran = Arc::new(AtomicI64::new(0));
+    let worker = {
+        let ran = ran.clone();
+        Worker::builder(pool.clone())
+            .threads(4)
+            .batch_size(10)
+            .entrypoint(
+                Entrypoint::new("wide").concurrency_limit(u32::MAX),
+                move |_job, _ctx| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let stop = worker.shutdown_handle();
+    let running = worker.start().unwrap();
+    let started = Instant::now();
+    while scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer") > 0
+        && started.elapsed() < Duration::from_secs(60)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.shutdown();
+    running.join().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 200, "every job ran once");
+    assert!(crate::faults::checks::unfinished(&mut client, &ids).is_empty());
+    let (picks, slotted, max_slot): (i64, i64, Option<i64>) = {
+        let row = client
+            .query_one(
+                "SELECT count(*), count(slot), max(slot) FROM slots_taken",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!((picks, slotted), (200, 200), "every pick took a slot");
+    assert!(
+        max_slot.is_some_and(|s| s < i64::from(u32::MAX)),
+        "{max_slot:?}"
+    );
+}

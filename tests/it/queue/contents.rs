@@ -52,8 +52,8 @@ fn headers_written_by_us_and_by_python_read_back() {
         .map(|j| (j.id, j))
         .collect();
     assert_eq!(
-        jobs[&with].headers,
-        Some(serde_json::json!({"trace": "abc", "n": 3}))
+        jobs[&with].headers.as_ref().and_then(|h| h.value()),
+        Some(&serde_json::json!({"trace": "abc", "n": 3}))
     );
     assert_eq!(jobs[&without].headers, None);
     assert_eq!(jobs[&python].headers, None);

@@ -1,6 +1,10 @@
-//! Headers that are not JSON objects.
+//! Headers that are not JSON objects, that serde_json cannot hold, or that nest too deep.
 
-use pgqueuer::{JobId, NewJob, Queue};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pgqueuer::{JobId, NewJob, Queue, Worker};
 use serde_json::json;
 
 use super::{Tally, assert_seen_as_sent, fnv, run_echo};
@@ -57,4 +61,187 @@ fn non_object_headers_are_refused_or_read_back_as_written() {
     pgqueuer::verify(&mut client).expect("the schema is intact");
     tally.ran(expected.len(), summary.succeeded);
     tally.finish("non-object headers");
+}
+
+/// The log statuses of each job, in order: every job of `ids` must have exactly one
+/// terminal row.
+fn terminal_rows(client: &mut postgres::Client, ids: &[JobId]) -> HashMap<JobId, Vec<String>> {
+    let mut out: HashMap<JobId, Vec<String>> = ids.iter().map(|id| (*id, Vec::new())).collect();
+    for row in client
+        .query(
+            "SELECT job_id, status::text FROM pgqueuer_log WHERE job_id = ANY($1) \
+             AND status NOT IN ('queued', 'picked') ORDER BY id",
+            &[&ids],
+        )
+        .unwrap()
+    {
+        out.entry(row.get(0)).or_default().push(row.get(1));
+    }
+    out
+}
+
+/// Headers that serde_json cannot hold but jsonb keeps (a 401-digit number, arrays
+/// nested 200 deep, objects nested 1,000 deep), written by another program, run like any
+/// others, and so does every job claimed in the same batches: 40 ordinary jobs and the
+/// three odd ones, claimed ten at a time by four threads, end once each as `successful`,
+/// and the handler reads the odd headers' text as PostgreSQL prints it.
+#[test]
+fn headers_beyond_serde_json_neither_wedge_their_batch_nor_fail_their_job() {
+    let mut tally = Tally::default();
+    let db = TestDb::new();
+    let mut client = db.client();
+    let mut ids: Vec<JobId> = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            client
+                .query_one(
+                    "INSERT INTO pgqueuer (priority, entrypoint, payload, headers, status) \
+                     VALUES (0, 'odd', $1, '{\"k\": 1}', 'queued') RETURNING id",
+                    &[&format!("plain {i}").into_bytes()],
+                )
+                .unwrap()
+                .get(0),
+        );
+    }
+    let odd = [
+        "'{\"n\": 1e400}'::jsonb",
+        "(repeat('[', 200) || repeat(']', 200))::jsonb",
+        "(repeat('{\"a\": ', 1000) || '1' || repeat('}', 1000))::jsonb",
+    ];
+    let mut odd_ids = Vec::new();
+    for headers in odd {
+        let id: JobId = client
+            .query_one(
+                &format!(
+                    "INSERT INTO pgqueuer (priority, entrypoint, payload, headers, status) \
+                     VALUES (0, 'odd', 'x', {headers}, 'queued') RETURNING id"
+                ),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        odd_ids.push(id);
+        ids.push(id);
+    }
+    for i in 0..20 {
+        ids.push(
+            client
+                .query_one(
+                    "INSERT INTO pgqueuer (priority, entrypoint, payload, status) \
+                     VALUES (0, 'odd', $1, 'queued') RETURNING id",
+                    &[&format!("later {i}").into_bytes()],
+                )
+                .unwrap()
+                .get(0),
+        );
+    }
+    let stored: HashMap<JobId, String> = client
+        .query(
+            "SELECT id, headers::text FROM pgqueuer WHERE id = ANY($1)",
+            &[&odd_ids],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+
+    let pool = db.pool(8);
+    let seen: Arc<Mutex<HashMap<JobId, Option<String>>>> = Arc::default();
+    let worker = {
+        let seen = seen.clone();
+        Worker::builder(pool.clone())
+            .threads(4)
+            .batch_size(10)
+            .heartbeat_timeout(Duration::from_secs(2))
+            .entrypoint("odd", move |job, _ctx| {
+                let text = job.headers.as_ref().map(|h| h.as_json().to_owned());
+                seen.lock().unwrap().insert(job.id, text);
+                Ok(())
+            })
+            .build()
+            .unwrap()
+    };
+    let stop = worker.shutdown_handle();
+    let running = worker.start().unwrap();
+    let waited = std::time::Instant::now();
+    while !unfinished(&mut client, &ids).is_empty() && waited.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.shutdown();
+    running.join().unwrap();
+
+    let left = unfinished(&mut client, &ids);
+    assert!(left.is_empty(), "jobs never ended: {left:?}");
+    for (id, statuses) in terminal_rows(&mut client, &ids) {
+        assert_eq!(statuses, ["successful"], "job {id}");
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), ids.len(), "every job ran once");
+    for id in &odd_ids {
+        assert_eq!(seen[id].as_ref(), Some(&stored[id]), "job {id}'s headers");
+    }
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer"),
+        0
+    );
+    tally.ran(ids.len(), seen.len() as u64);
+    tally.finish("headers beyond serde_json");
+}
+
+/// Headers nested deeper than every reader can parse are refused on enqueue, with the
+/// field and the bound named, and nothing is written; a value far deeper than a thread's
+/// stack is refused the same way, not a crash.
+#[test]
+fn headers_nested_past_the_bound_are_refused_on_enqueue() {
+    let mut tally = Tally::default();
+    let db = TestDb::new();
+    let mut client = db.client();
+    let queue = Queue::new(db.pool(2));
+    let mut deep = json!(1);
+    for _ in 0..NewJob::MAX_HEADERS_DEPTH {
+        deep = json!([deep]);
+    }
+    tally.expect_err(
+        "headers nested 65 levels",
+        queue
+            .enqueue(NewJob::new("echo", "x").header("k", deep.clone()))
+            .map(drop),
+        &["headers", "64 levels"],
+    );
+    let mut very = json!(null);
+    for _ in 0..100_000 {
+        very = serde_json::Value::Array(vec![very]);
+    }
+    let job = NewJob::new("echo", "x").header("k", very);
+    tally.expect_err(
+        "headers nested 100,000 levels",
+        queue.enqueue_many(std::slice::from_ref(&job)).map(drop),
+        &["jobs[0].headers", "64 levels"],
+    );
+    // serde_json's drop recurses: let it, on a thread with room.
+    std::thread::Builder::new()
+        .stack_size(128 << 20)
+        .spawn(move || drop(job))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(
+        scalar::<i64>(&mut client, "SELECT count(*) FROM pgqueuer"),
+        0
+    );
+    // At the bound, the headers go in and read back.
+    let at_bound = match deep {
+        serde_json::Value::Array(mut inner) => inner.pop().unwrap(),
+        _ => unreachable!(),
+    };
+    let id = queue
+        .enqueue(NewJob::new("echo", "x").header("k", at_bound.clone()))
+        .unwrap();
+    let job = queue.job(id).unwrap().unwrap();
+    assert_eq!(
+        job.headers.as_ref().and_then(|h| h.get("k")),
+        Some(&at_bound)
+    );
+    tally.ran(0, 0);
+    tally.finish("headers too deep");
 }
