@@ -39,7 +39,10 @@
 //! nothing of its response is dropped after [`WebOptions::write_timeout`]. At most
 //! [`WebOptions::max_connections`] connections are served at once (more get 503 and are
 //! closed); when the process runs out of file descriptors, accepting backs off and goes
-//! on. A handler that panics answers 500 and its thread serves on.
+//! on. At most [`WebOptions::max_connections_per_client`] of them come from one address,
+//! and past the cap the connection idle the longest makes room for a newcomer, so a
+//! flood of idle sockets cannot answer everyone else 503. A handler that panics answers
+//! 500 and its thread serves on.
 //!
 //! Only requests for the names in the allowlist are answered (421 otherwise, on every
 //! method): the bound address and `localhost`, `127.0.0.1` and `[::1]` on the bound
@@ -135,10 +138,17 @@ pub struct WebOptions {
     /// Threads answering page requests (event streams and the HTTP work itself run on
     /// one thread of their own). Defaults to 4.
     pub threads: usize,
-    /// Connections served at once; more are answered 503 and closed, so a flood of
-    /// connections costs a bounded amount of memory and file descriptors. A browser
-    /// opens up to six per page plus one per live page. Defaults to 256.
+    /// Connections served at once, so a flood of connections costs a bounded amount of
+    /// memory and file descriptors. Past it the connection idle the longest (no request
+    /// in flight, no event stream) is closed to make room for the newcomer; when none is
+    /// idle, more are answered 503 and closed. A browser opens up to six per page plus
+    /// one per live page. Defaults to 256.
     pub max_connections: usize,
+    /// Connections served at once from one client address; more are answered 503 and
+    /// closed, so that one client cannot hold every place. Behind a reverse proxy every
+    /// client has the proxy's address: raise it to `max_connections` there. Defaults to
+    /// 64.
+    pub max_connections_per_client: usize,
     /// How long a connection may take to send a request's head, counted from when it
     /// starts waiting for one: a client trickling a header a byte at a time (slowloris)
     /// is closed after it, and so is an idle keep-alive connection. Defaults to 10 s.
@@ -163,6 +173,7 @@ impl Default for WebOptions {
             stale_after: Duration::from_secs(300),
             threads: 4,
             max_connections: 256,
+            max_connections_per_client: 64,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
@@ -185,6 +196,10 @@ impl std::fmt::Debug for WebOptions {
             .field("stale_after", &self.stale_after)
             .field("threads", &self.threads)
             .field("max_connections", &self.max_connections)
+            .field(
+                "max_connections_per_client",
+                &self.max_connections_per_client,
+            )
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("write_timeout", &self.write_timeout)
@@ -259,6 +274,14 @@ impl WebOptions {
         }
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
             return Err(Error::invalid("max_connections", "must be 1 to 1000000"));
+        }
+        if self.max_connections_per_client == 0
+            || self.max_connections_per_client > self.max_connections
+        {
+            return Err(Error::invalid(
+                "max_connections_per_client",
+                format!("must be 1 to max_connections ({})", self.max_connections),
+            ));
         }
         for (field, value) in [
             ("checkout_timeout", self.checkout_timeout),
@@ -359,6 +382,7 @@ impl Dashboard {
         let limits = server::Limits {
             threads: self.options.threads,
             max_connections: self.options.max_connections,
+            max_connections_per_client: self.options.max_connections_per_client,
             header_read_timeout: self.options.header_read_timeout,
             body_read_timeout: self.options.body_read_timeout,
             write_timeout: self.options.write_timeout,

@@ -16,6 +16,7 @@
 //! ([`Handler::respond`], on a handler thread).
 
 mod deadline;
+mod places;
 mod responses;
 
 use std::convert::Infallible;
@@ -38,6 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use self::deadline::WriteDeadline;
+use self::places::{Held, Places};
 use self::responses::{Body, closing, response, streaming, too_large};
 
 /// The most bytes of a request's head (request line and headers). hyper answers a
@@ -88,13 +90,28 @@ const TOO_MANY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\
     Content-Type: text/plain; charset=utf-8\r\nContent-Length: 38\r\nRetry-After: 5\r\n\r\n\
     too many connections; try again soon.\n";
 
+/// What a connection beyond [`Limits::max_connections_per_client`] is told.
+const TOO_MANY_FROM_YOU: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\
+    Content-Type: text/plain; charset=utf-8\r\nContent-Length: 55\r\nRetry-After: 5\r\n\r\n\
+    too many connections from your address; close some.\n\n\n";
+
+/// How long a newcomer waits for the place an idle connection gives up (it finishes what
+/// it has in flight first).
+const MAKE_ROOM_WAIT: Duration = Duration::from_millis(500);
+
+/// Newcomers waiting for a place at once at most; more are answered 503 at once.
+const MAX_MAKING_ROOM: usize = 64;
+
 /// The bounds that come from the dashboard's options.
 #[derive(Debug, Clone)]
 pub(super) struct Limits {
     /// Handler threads.
     pub threads: usize,
-    /// Connections served at once; more are answered 503 and closed at once.
+    /// Connections served at once; past it the connection idle the longest makes room,
+    /// and when none is idle, more are answered 503 and closed at once.
     pub max_connections: usize,
+    /// Connections served at once from one client address; more are answered 503.
+    pub max_connections_per_client: usize,
     /// From when a connection waits for a request until its head is complete (a slow
     /// head, or an idle keep-alive connection, is closed after it).
     pub header_read_timeout: Duration,
@@ -210,6 +227,10 @@ struct Shared {
     jobs: Sender<Job>,
     /// One permit per connection being served.
     connections: Arc<Semaphore>,
+    /// Who holds the connections, and which are idle.
+    places: Arc<Places>,
+    /// Newcomers waiting for an idle connection to make room.
+    making_room: std::sync::atomic::AtomicUsize,
     /// hyper's settings, the same for every connection.
     http: http1::Builder,
 }
@@ -292,6 +313,8 @@ impl Bound {
         let shared = Arc::new(Shared {
             handler,
             connections: Arc::new(Semaphore::new(limits.max_connections)),
+            places: Arc::default(),
+            making_room: std::sync::atomic::AtomicUsize::new(0),
             limits,
             jobs,
             http,
@@ -394,7 +417,7 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
             () = stopped(&mut stop) => break,
         };
         match accepted {
-            Ok((stream, _peer)) => {
+            Ok((stream, peer)) => {
                 if failures > 0 {
                     log::info!(
                         "pgqueuer web: accepting connections again after {failures} failed \
@@ -403,20 +426,7 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
                     failures = 0;
                 }
                 backoff = ACCEPT_BACKOFF_MIN;
-                match Arc::clone(&shared.connections).try_acquire_owned() {
-                    Ok(permit) => {
-                        tokio::spawn(connection(
-                            stream,
-                            permit,
-                            Arc::clone(&shared),
-                            stop.clone(),
-                        ));
-                    }
-                    // Best effort: the client learns why before the connection closes.
-                    Err(_) => {
-                        let _ = stream.try_write(TOO_MANY);
-                    }
-                }
+                admit(stream, peer, &shared, &stop);
             }
             // The connection went before it was accepted: the next one is unaffected.
             Err(e) if is_per_connection(&e) => {}
@@ -448,6 +458,50 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, shared.connections.acquire_many(all)).await;
 }
 
+/// Serves a new connection if it may have a place: its client holds fewer than its
+/// share, and a place is free or an idle connection makes room. Otherwise it is told
+/// why (best effort) and closed.
+fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>, stop: &watch::Receiver<bool>) {
+    let per_client = shared.limits.max_connections_per_client;
+    let Some(held) = shared.places.enter(peer.ip(), per_client) else {
+        let _ = stream.try_write(TOO_MANY_FROM_YOU);
+        return;
+    };
+    if let Ok(permit) = Arc::clone(&shared.connections).try_acquire_owned() {
+        tokio::spawn(connection(
+            stream,
+            permit,
+            held,
+            Arc::clone(shared),
+            stop.clone(),
+        ));
+        return;
+    }
+    use std::sync::atomic::Ordering;
+    if shared.making_room.load(Ordering::SeqCst) >= MAX_MAKING_ROOM
+        || !shared.places.make_room(&held)
+    {
+        let _ = stream.try_write(TOO_MANY);
+        return;
+    }
+    shared.making_room.fetch_add(1, Ordering::SeqCst);
+    let (shared, stop) = (Arc::clone(shared), stop.clone());
+    tokio::spawn(async move {
+        let permit = tokio::time::timeout(
+            MAKE_ROOM_WAIT,
+            Arc::clone(&shared.connections).acquire_owned(),
+        )
+        .await;
+        shared.making_room.fetch_sub(1, Ordering::SeqCst);
+        match permit {
+            Ok(Ok(permit)) => connection(stream, permit, held, shared, stop).await,
+            _ => {
+                let _ = stream.try_write(TOO_MANY);
+            }
+        }
+    });
+}
+
 /// Resolves once the server is told to stop (or its `Running` is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     // The guard `wait_for` returns is dropped here, not held by the caller.
@@ -470,17 +524,24 @@ fn is_per_connection(e: &io::Error) -> bool {
 async fn connection(
     stream: TcpStream,
     permit: OwnedSemaphorePermit,
+    held: Held,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
     let _permit = permit;
     let _ = stream.set_nodelay(true);
     let io = WriteDeadline::new(TokioIo::new(stream), shared.limits.write_timeout);
+    let place = Arc::clone(&held.place);
     let service = {
-        let shared = Arc::clone(&shared);
+        let (shared, place) = (Arc::clone(&shared), Arc::clone(&place));
         hyper::service::service_fn(move |request| {
-            let shared = Arc::clone(&shared);
-            async move { Ok::<_, Infallible>(shared.answer(request).await) }
+            let (shared, place) = (Arc::clone(&shared), Arc::clone(&place));
+            async move {
+                place.request_begins();
+                let answer = shared.answer(request).await;
+                place.request_answered(matches!(answer.body(), Body::Pieces(_)));
+                Ok::<_, Infallible>(answer)
+            }
         })
     };
     let conn = shared.http.serve_connection(io, service);
@@ -491,7 +552,12 @@ async fn connection(
             conn.as_mut().graceful_shutdown();
             conn.await
         }
+        () = place.give_way.notified() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
     };
+    drop(held);
     if let Err(e) = result {
         // A client that sent garbage, timed out or went away: its own affair.
         log::debug!("pgqueuer web: a connection ended: {e}");
@@ -620,6 +686,7 @@ mod tests {
         Limits {
             threads: 1,
             max_connections: 16,
+            max_connections_per_client: 16,
             header_read_timeout: Duration::from_secs(5),
             body_read_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(5),

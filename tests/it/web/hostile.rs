@@ -5,7 +5,7 @@
 //! 50 MB of resident memory.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use pgqueuer::web::{WebOptions, WebServer};
@@ -281,17 +281,42 @@ fn an_endless_header_line_is_cut_off_early() {
     }
 }
 
-/// 100 connections sending a byte a second do not keep `/healthz` from answering, and
-/// (embedded, head timeout 2 s) are closed by the server.
+/// Connections to `addr` from the loopback address `local` (127.0.0.2, say), so that a
+/// test can attack from one address and ask from another.
+pub fn connect_from(local: IpAddr, addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(SocketAddr::new(local, 0)).unwrap();
+            if let Ok(Ok(stream)) =
+                tokio::time::timeout(Duration::from_secs(2), socket.connect(addr)).await
+            {
+                let stream = stream.into_std().unwrap();
+                stream.set_nonblocking(false).unwrap();
+                out.push(stream);
+            }
+        }
+        out
+    })
+}
+
+/// 100 connections from one address sending a byte a second do not keep `/healthz`
+/// (asked from another address) from answering; those beyond the address's share are
+/// told 503 at once, and (embedded, head timeout 2 s) the rest are closed by the server.
 #[test]
 fn slowloris_does_not_starve_healthz_and_is_cut_off() {
     let db = TestDb::new();
     for mut target in Target::both(&db) {
         let addr = target.addr;
         let head = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ");
-        let mut slow: Vec<TcpStream> = (0..100)
-            .map(|_| TcpStream::connect(addr).expect("connect"))
-            .collect();
+        let mut slow = connect_from(IpAddr::from([127, 0, 0, 2]), addr, 100);
+        assert_eq!(slow.len(), 100);
         // One byte a second on each, for three seconds, while /healthz must answer.
         for byte in head.as_bytes().iter().take(3) {
             for stream in &mut slow {
@@ -311,7 +336,7 @@ fn slowloris_does_not_starve_healthz_and_is_cut_off() {
                 let mut buf = [0u8; 512];
                 match stream.read(&mut buf) {
                     Ok(n) => assert!(
-                        n == 0 || status_of(&buf[..n]) == Some(408),
+                        n == 0 || matches!(status_of(&buf[..n]), Some(408 | 503)),
                         "a slow head got {:?}",
                         String::from_utf8_lossy(&buf[..n])
                     ),
@@ -361,6 +386,92 @@ fn two_thousand_connections_at_once() {
         );
         drop(flood);
         target.check("2000 connections at once");
+    }
+}
+
+/// Idle sockets that hold every place: one address opens 300 (64 are served, the rest
+/// told 503), five others 64 each, more than the server's 256 places, and every socket
+/// the server closes is opened again at once. `/healthz`, asked from yet another
+/// address, answers 200 fifteen times in a row meanwhile: an idle holder gives way to a
+/// client that asks something.
+#[test]
+fn idle_sockets_holding_every_place_do_not_shut_healthz_out() {
+    let db = TestDb::new();
+    for mut target in Target::both(&db) {
+        let addr = target.addr;
+        let flooder = IpAddr::from([127, 0, 0, 2]);
+        let first = connect_from(flooder, addr, 300);
+        // Beyond its share, the flooder is told so at once.
+        let mut last = first.last().unwrap();
+        last.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut answer = Vec::new();
+        let _ = last.read_to_end(&mut answer);
+        assert_eq!(status_of(&answer), Some(503), "{}", target.name);
+        assert!(
+            String::from_utf8_lossy(&answer).contains("from your address"),
+            "{}: {:?}",
+            target.name,
+            String::from_utf8_lossy(&answer)
+        );
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reopener = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut held: Vec<(IpAddr, TcpStream)> = Vec::new();
+                for last in 3..8u8 {
+                    let ip = IpAddr::from([127, 0, 0, last]);
+                    held.extend(connect_from(ip, addr, 64).into_iter().map(|s| (ip, s)));
+                }
+                let mut reopened = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    // A socket the server closed reads as ended: open another in its place.
+                    let mut i = 0;
+                    while i < held.len() {
+                        let (ip, stream) = &held[i];
+                        stream.set_nonblocking(true).unwrap();
+                        let mut byte = [0u8; 1];
+                        // Anything read (an answer before closing, the end, a reset)
+                        // means the server let it go; only "nothing yet" is still held.
+                        let closed = match stream.peek(&mut byte) {
+                            Ok(_) => true,
+                            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                        };
+                        if closed {
+                            let ip = *ip;
+                            held.swap_remove(i);
+                            held.extend(connect_from(ip, addr, 1).into_iter().map(|s| (ip, s)));
+                            reopened += 1;
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                (held.len(), reopened)
+            })
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        for i in 0..15 {
+            healthy_within(
+                addr,
+                Duration::from_secs(1),
+                &format!("{}: idle flood, /healthz {i} of 15", target.name),
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (held, reopened) = reopener.join().unwrap();
+        eprintln!(
+            "{}: idle flood of {held} sockets, {reopened} reopened",
+            target.name
+        );
+        assert!(
+            held >= 256,
+            "{}: the flood held {held} sockets",
+            target.name
+        );
+        drop(first);
+        target.check("an idle flood holding every place");
     }
 }
 
