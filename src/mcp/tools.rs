@@ -10,6 +10,9 @@
 //! - `queue_table_info` returns at most [`PAYLOAD_SHOWN`] bytes of a payload, and a
 //!   payload that is not UTF-8 as PostgreSQL's `\x` hex text (PgQueuer fails the whole
 //!   call on one), with `payload_bytes`, the whole size.
+//! - An answer is bounded: each traceback, headers text or dedupe key to
+//!   `sql::mcp::FIELD_SHOWN` characters (with a note of what was left out), the rows to
+//!   [`MAX_ANSWER_BYTES`] (a last text item says how many more there were).
 //! - A `limit` is bounded to [`MAX_ROWS`]; a negative `limit` or `offset`, a malformed
 //!   period or an unknown tool is a JSON-RPC error naming the argument (PgQueuer answers
 //!   with an error result).
@@ -28,6 +31,10 @@ use crate::time::{TimeStyle, format_time, parse_iso_period};
 
 /// The most rows one call returns.
 pub(super) const MAX_ROWS: i64 = 1_000;
+/// The most bytes of rows one answer carries (each row is sent twice: as a text item and
+/// in `structuredContent`); the rows past it are left out, and a last text item says how
+/// many. Each text value of a row is cut to `sql::mcp::FIELD_SHOWN` characters already.
+pub(super) const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// The most bytes of a payload `queue_table_info` returns.
 pub(super) const PAYLOAD_SHOWN: i32 = 4_096;
 /// The prompt's name.
@@ -466,30 +473,60 @@ pub(super) fn call(
     let args = Args { tool, given };
     let answer = run(pool, settings, &args);
     Ok(match answer {
-        Ok(Answer::Rows(rows)) => {
-            let content: Vec<Value> = rows
-                .iter()
-                .map(|row| {
-                    json!({
-                        "type": "text",
-                        "text": serde_json::to_string_pretty(row).unwrap_or_default(),
-                    })
-                })
-                .collect();
+        Ok(Answer::Rows(mut rows)) => {
+            let mut content: Vec<Value> = Vec::with_capacity(rows.len());
+            let mut bytes = 0usize;
+            for row in &rows {
+                let text = serde_json::to_string_pretty(row).unwrap_or_default();
+                // Twice: the text item, and the row (compact) in `structuredContent`.
+                bytes += 2 * text.len();
+                if bytes > MAX_ANSWER_BYTES && !content.is_empty() {
+                    break;
+                }
+                content.push(json!({ "type": "text", "text": text }));
+            }
+            let left_out = rows.len() - content.len();
+            rows.truncate(content.len());
+            if left_out > 0 {
+                content.push(json!({
+                    "type": "text",
+                    "text": format!(
+                        "{left_out} more rows not shown: an answer carries at most {} KiB of \
+                         rows; ask for fewer (limit) or page with offset where the tool \
+                         takes one",
+                        MAX_ANSWER_BYTES >> 10
+                    ),
+                }));
+            }
             json!({
                 "content": content,
                 "structuredContent": { "result": rows },
                 "isError": false,
             })
         }
-        Ok(Answer::Object(object)) => json!({
-            "content": [{
-                "type": "text",
-                "text": serde_json::to_string_pretty(&object).unwrap_or_default(),
-            }],
-            "structuredContent": object,
-            "isError": false,
-        }),
+        Ok(Answer::Object(object)) => {
+            let text = serde_json::to_string_pretty(&object).unwrap_or_default();
+            if 2 * text.len() > MAX_ANSWER_BYTES {
+                json!({
+                    "content": [{
+                        "type": "text",
+                        "text": format!(
+                            "The answer of {name} is {} KiB, more than the {} KiB an answer \
+                             may carry; narrow it with the tool's arguments",
+                            text.len() >> 10,
+                            MAX_ANSWER_BYTES >> 10
+                        ),
+                    }],
+                    "isError": true,
+                })
+            } else {
+                json!({
+                    "content": [{ "type": "text", "text": text }],
+                    "structuredContent": object,
+                    "isError": false,
+                })
+            }
+        }
         Err(Failure::Bad(e)) => return Err(e),
         Err(Failure::Database(e)) => json!({
             "content": [{

@@ -5,6 +5,20 @@
 
 use crate::settings::Settings;
 
+/// The most characters of one text value (a traceback, headers, a dedupe key) an MCP
+/// answer carries; longer ones are cut, with a note of how many characters were left out.
+pub(crate) const FIELD_SHOWN: usize = 4_096;
+
+/// `expr` (text) cut to [`FIELD_SHOWN`] characters in the database, so that a row of
+/// megabytes costs the client, and the reply, no more than a few KiB.
+fn shown(expr: &str) -> String {
+    format!(
+        "CASE WHEN length({expr}) > {FIELD_SHOWN} \
+         THEN left({expr}, {FIELD_SHOWN}) || ' [... ' || (length({expr}) - {FIELD_SHOWN}) || ' more characters not shown]' \
+         ELSE {expr} END"
+    )
+}
+
 /// `interval` of the bigint microseconds in `param` (NULL stays NULL).
 fn micros(param: &str) -> String {
     format!("({param}::bigint * interval '1 microsecond')")
@@ -28,12 +42,14 @@ pub(crate) fn queue_browse(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     format!(
         "SELECT id, priority, queue_manager_id, created, updated, heartbeat, execute_after,
-       status::text AS status, entrypoint, dedupe_key,
+       status::text AS status, entrypoint, {dedupe_key} AS dedupe_key,
        substring(payload FROM 1 FOR $3::int) AS payload, octet_length(payload) AS payload_bytes,
-       headers::text AS headers, attempts, slot
+       {headers} AS headers, attempts, slot
   FROM {queue}
  ORDER BY priority DESC, id ASC
- LIMIT $1::bigint OFFSET $2::bigint"
+ LIMIT $1::bigint OFFSET $2::bigint",
+        dedupe_key = shown("dedupe_key"),
+        headers = shown("headers::text"),
     )
 }
 
@@ -94,11 +110,12 @@ pub(crate) fn log_rows(s: &Settings) -> String {
     let log = s.qualify(&s.queue_table_log);
     format!(
         "SELECT id, created, job_id, status::text AS status, priority, entrypoint,
-       traceback::text AS traceback, aggregated
+       {traceback} AS traceback, aggregated
   FROM {log}
  WHERE NOT $2::bool OR status = 'exception'
  ORDER BY created DESC
- LIMIT $1::bigint"
+ LIMIT $1::bigint",
+        traceback = shown("traceback::text"),
     )
 }
 

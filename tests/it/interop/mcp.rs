@@ -504,3 +504,91 @@ fn payloads_are_bounded_and_binary_ones_do_not_fail_the_call() {
     assert_eq!(rows[1]["payload"], "\\x00fffe");
     assert_eq!(rows[1]["payload_bytes"], 3);
 }
+
+/// Ten log rows with 10 MiB tracebacks, headers and dedupe keys of kilobytes, and a
+/// thousand rows asked for: every traceback, headers text and dedupe key comes cut to
+/// 4,096 characters with a note of the rest, the reply line stays under 2 MiB, and the
+/// rows left out are counted in a last text item.
+#[test]
+fn answers_are_bounded_in_bytes() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let traceback = json!({
+        "job_id": 1,
+        "exception_type": "Huge",
+        "exception_message": "x",
+        "traceback": "t".repeat(10 << 20),
+    })
+    .to_string();
+    // Older small rows, enough to pass the byte budget after the big ones (the newest
+    // come first).
+    client
+        .execute(
+            "INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint, traceback) \
+             SELECT g, 'exception', 0, 'small', \
+                    jsonb_build_object('exception_type', 'E', 'traceback', repeat('s', 3000)) \
+             FROM generate_series(2, 990) g",
+            &[],
+        )
+        .unwrap();
+    for _ in 0..10 {
+        client
+            .execute(
+                "INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint, traceback) \
+                 VALUES (1, 'exception', 0, 'big', $1::text::jsonb)",
+                &[&traceback],
+            )
+            .unwrap();
+    }
+    client
+        .execute(
+            "INSERT INTO pgqueuer (priority, entrypoint, payload, dedupe_key, headers, status) \
+             VALUES (0, 'big', 'x', repeat('k', 2000), \
+                     jsonb_build_object('h', repeat('h', 50000)), 'queued')",
+            &[],
+        )
+        .unwrap();
+    let server = pgqueuer::mcp::McpServer::new(db.pool(2));
+    let calls = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "queue_log", "arguments": {"limit": 1000}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "queue_table_info", "arguments": {}}}),
+    ];
+    let input: String = calls.iter().map(|c| format!("{c}\n")).collect();
+    let mut output = Vec::new();
+    server
+        .serve(std::io::Cursor::new(input), &mut output)
+        .unwrap();
+    let lines: Vec<&[u8]> = output
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        assert!(line.len() < 2 << 20, "a reply of {} bytes", line.len());
+    }
+    let log: Value = serde_json::from_slice(lines[0]).unwrap();
+    let rows = log["result"]["structuredContent"]["result"]
+        .as_array()
+        .unwrap();
+    assert!(rows.len() >= 10 && rows.len() < 990, "{} rows", rows.len());
+    let big = rows[0]["traceback"].as_str().unwrap();
+    assert!(big.len() < 5_000, "a traceback of {} bytes", big.len());
+    assert!(big.contains("more characters not shown"), "{big}");
+    let content = log["result"]["content"].as_array().unwrap();
+    let note = content.last().unwrap()["text"].as_str().unwrap();
+    assert!(
+        note.contains(&format!("{} more rows not shown", 999 - rows.len())),
+        "{note}"
+    );
+    let info: Value = serde_json::from_slice(lines[1]).unwrap();
+    let job = &info["result"]["structuredContent"]["result"][0];
+    assert!(job["dedupe_key"].as_str().unwrap().len() < 5_000);
+    assert!(
+        job["headers"]
+            .as_str()
+            .unwrap()
+            .contains("more characters not shown")
+    );
+}
