@@ -13,6 +13,14 @@ use crate::error::Result;
 use crate::settings::Settings;
 use crate::sql::ops as sql;
 
+/// The most entrypoints [`prometheus_text`] writes series of (the busiest); the rest are
+/// added up under `entrypoint="(others)"`, so that a queue of many thousand entrypoints
+/// costs a scrape a bounded text.
+pub(crate) const METRICS_ENTRYPOINTS: usize = 200;
+
+/// The label the entrypoints beyond [`METRICS_ENTRYPOINTS`] are added up under.
+const OTHERS: &str = "(others)";
+
 /// How long back [`prometheus_text`] counts log transitions (`pgqueuer_logs_count`):
 /// PgQueuer's five minutes.
 pub(crate) const PROMETHEUS_LOG_WINDOW: Duration = Duration::from_secs(300);
@@ -34,6 +42,9 @@ pub(crate) const PROMETHEUS_LOG_WINDOW: Duration = Duration::from_secs(300);
 /// heartbeat for `stale_after` (`pgqueuer_stale_picked_jobs`), and log rows awaiting
 /// aggregation (`pgqueuer_unaggregated_log_rows`).
 ///
+/// Per-entrypoint series are written for the 200 busiest entrypoints
+/// (most jobs, most transitions, longest waits); the rest are added up under
+/// `entrypoint="(others)"` and counted by `pgqueuer_metrics_entrypoints_left_out`.
 /// Every series has `# HELP` and `# TYPE` lines; label values are escaped as the format
 /// requires. Counting the queue reads every row of the queue table, as PgQueuer's does.
 ///
@@ -49,13 +60,14 @@ pub fn prometheus_text<C: GenericClient>(
     settings.validate()?;
     let stale_us = micros_of("stale_after", stale_after)?;
     let window_us = micros_of("window", PROMETHEUS_LOG_WINDOW)?;
-    let queue = connect::query_alone(client, &sql::queue_count_by_status(settings), &[])?;
+    let busiest = |series: String| sql::busiest_series(&series, METRICS_ENTRYPOINTS);
+    let queue = connect::query_alone(client, &busiest(sql::queue_count_by_status(settings)), &[])?;
     let priorities: Vec<i32> =
         connect::query_one_alone(client, &sql::statistics_priorities(settings), &[])?
             .try_get("priorities")?;
     let logs = connect::query_alone(
         client,
-        &sql::log_count_since_by_status(settings),
+        &busiest(sql::log_count_since_by_status(settings)),
         &[(&window_us, Type::INT8), (&priorities, Type::INT4_ARRAY)],
     )?;
     let slots = slots_in_use(client, settings)?;
@@ -70,15 +82,17 @@ pub fn prometheus_text<C: GenericClient>(
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
     }
     /// PgQueuer's form: one sample per (entrypoint, status) row, labelled as it labels.
+    /// The rest of the entrypoints beyond the busiest come as one `entrypoint="(others)"`
+    /// sample per status, so that sums over the series stay whole.
     fn by_status(out: &mut String, name: &str, help: &str, rows: &[Row]) -> Result<()> {
         series(out, name, help);
         for row in rows {
-            let (entrypoint, status): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+            let (entrypoint, status): (Option<String>, String) = (row.try_get(0)?, row.try_get(1)?);
             let n = count_of(row, "n")?;
             let _ = writeln!(
                 out,
                 "{name}{{aggregation=\"sum\",entrypoint=\"{}\",status=\"{}\"}} {n}",
-                label_value(&entrypoint),
+                label_value(entrypoint.as_deref().unwrap_or(OTHERS)),
                 label_value(&status)
             );
         }
@@ -97,6 +111,22 @@ pub fn prometheus_text<C: GenericClient>(
         "Job transitions logged over the last 5 minutes, by entrypoint and status.",
         &logs,
     )?;
+    series(
+        &mut out,
+        "pgqueuer_metrics_entrypoints_left_out",
+        &format!(
+            "Entrypoints beyond the {METRICS_ENTRYPOINTS} busiest, whose jobs and \
+             transitions the two series above add up under entrypoint=\"{OTHERS}\"."
+        ),
+    );
+    let left_out = |rows: &[Row]| -> Result<u64> {
+        rows.first().map_or(Ok(0), |row| count_of(row, "left_out"))
+    };
+    let _ = writeln!(
+        out,
+        "pgqueuer_metrics_entrypoints_left_out {}",
+        left_out(&queue)?.max(left_out(&logs)?)
+    );
     let limited: Vec<&SlotUse> = slots.iter().filter(|s| s.highest.is_some()).collect();
     series(
         &mut out,
@@ -163,7 +193,12 @@ pub fn prometheus_text<C: GenericClient>(
     );
     let entrypoints: Vec<String> = health.try_get("entrypoints")?;
     let ages: Vec<f64> = health.try_get("ages")?;
-    for (entrypoint, age) in entrypoints.iter().zip(&ages) {
+    // The longest waits, at most as many series as the counts have.
+    let mut waits: Vec<(&String, &f64)> = entrypoints.iter().zip(&ages).collect();
+    waits.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    waits.truncate(METRICS_ENTRYPOINTS);
+    waits.sort_by(|a, b| a.0.cmp(b.0));
+    for (entrypoint, age) in waits {
         let _ = writeln!(
             out,
             "pgqueuer_oldest_queued_age_seconds{{entrypoint=\"{}\"}} {}",

@@ -71,10 +71,11 @@ pub(crate) struct WebSql {
     pub(crate) table_names: Vec<String>,
     /// The same tables, qualified.
     pub(crate) tables_qualified: Vec<String>,
-    /// `queue_count_by_entrypoint`: per entrypoint (or only `$1`), exact counts.
+    /// `queue_count_by_entrypoint`: per entrypoint (or only `$1`), exact counts, of those
+    /// whose name contains `$2` the `$3` busiest (see `busiest`).
     pub(crate) queue_count_by_entrypoint: String,
     /// `queue_sample_by_entrypoint`: per entrypoint (or only `$2`), counts estimated
-    /// from a sample of `$1` percent.
+    /// from a sample of `$1` percent, of those whose name contains `$4` the `$5` busiest.
     pub(crate) queue_sample_by_entrypoint: String,
     /// `statistics_priorities` (see `sql::ops`).
     pub(crate) statistics_priorities: String,
@@ -113,8 +114,8 @@ impl WebSql {
             queue_table: s.qualify(&s.queue_table),
             table_names: tables.iter().map(|n| (*n).clone()).collect(),
             tables_qualified: tables.iter().map(|n| s.qualify(n)).collect(),
-            queue_count_by_entrypoint: queue_count_by_entrypoint(s),
-            queue_sample_by_entrypoint: queue_sample_by_entrypoint(s),
+            queue_count_by_entrypoint: busiest(&queue_count_by_entrypoint(s), 2, "waiting_since"),
+            queue_sample_by_entrypoint: busiest(&queue_sample_by_entrypoint(s), 4, "first_due"),
             statistics_priorities: statistics_priorities(s),
             log_count_by_minute: log_count_by_minute(s),
             log_select_durations: log_select_durations(s),
@@ -130,6 +131,26 @@ impl WebSql {
             ),
         }
     }
+}
+
+/// The rows of `counts` (per entrypoint: `queued`, `picked`, `failed`, `deferred` and the
+/// time column `due`) whose name contains the text parameter `$first` (all when NULL),
+/// the busiest first (most jobs in the table), at most the bigint parameter after it;
+/// each row also carries the figures of every matching entrypoint: `matching` (how
+/// many), `all_queued`, `all_picked`, `all_failed`, `all_deferred` and `all_due` (the
+/// earliest). A queue of 200,000 entrypoints costs a page a few rows, not 200,000.
+fn busiest(counts: &str, first: usize, due: &str) -> String {
+    let (filter, limit) = (format!("${first}::text"), format!("${}::bigint", first + 1));
+    format!(
+        "SELECT c.*, count(*) OVER () AS matching,
+       sum(c.queued) OVER ()::bigint AS all_queued, sum(c.picked) OVER ()::bigint AS all_picked,
+       sum(c.failed) OVER ()::bigint AS all_failed, sum(c.deferred) OVER ()::bigint AS all_deferred,
+       min(c.{due}) OVER () AS all_due
+  FROM ({counts}) c
+ WHERE {filter} IS NULL OR strpos(c.entrypoint, {filter}) > 0
+ ORDER BY c.queued + c.picked + c.failed DESC, c.entrypoint
+ LIMIT {limit}"
+    )
 }
 
 /// Per entrypoint with rows (or only `$1 text`), by name: `queued`, `picked`, `failed`,

@@ -46,49 +46,105 @@ pub(super) struct EntrypointCounts {
 pub(super) const EXACT_BELOW: f64 = 200_000.0;
 const SAMPLE_ROWS: f64 = 10_000.0;
 
-/// Every entrypoint with rows in the queue table (or `only` that one), by name.
+/// The most entrypoints a page lists (the busiest first); the rest are counted, and a
+/// filter finds any of them.
+pub(super) const SHOWN_ENTRYPOINTS: usize = 100;
+
+/// The entrypoints with rows in the queue table that a page lists, and the figures of
+/// all of them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Entrypoints {
+    /// At most the busiest asked for (most jobs in the table), by name.
+    pub shown: Vec<EntrypointCounts>,
+    /// How many entrypoints match (the shown ones and those left out).
+    pub matching: u64,
+    /// Every matching entrypoint's counts added up (`entrypoint` empty).
+    pub all: EntrypointCounts,
+}
+
+impl Entrypoints {
+    /// How many matching entrypoints are not shown.
+    pub(super) fn left_out(&self) -> u64 {
+        self.matching.saturating_sub(self.shown.len() as u64)
+    }
+}
+
+/// The entrypoints with rows in the queue table (or `only` that one) whose name contains
+/// `filter`: at most `shown` of them, the busiest, by name, with the figures of all.
 pub(super) fn entrypoint_counts<C: GenericClient>(
     client: &mut C,
     s: &WebSql,
     only: Option<&str>,
-) -> Result<Vec<EntrypointCounts>> {
+    filter: Option<&str>,
+    shown: usize,
+) -> Result<Entrypoints> {
     let rows: f64 = query_one_alone(
         client,
         sql::CATALOG_ROW_ESTIMATE,
         &[(&s.queue_table, Type::TEXT)],
     )?
     .try_get("n")?;
-    if rows < EXACT_BELOW {
-        exact_counts(client, s, only)
+    let limit = i64::try_from(shown).unwrap_or(i64::MAX);
+    let (read, estimated) = if rows < EXACT_BELOW {
+        (exact_counts(client, s, only, filter, limit)?, false)
     } else {
-        sampled_counts(
-            client,
-            s,
-            only,
-            (100.0 * SAMPLE_ROWS / rows).clamp(0.01, 100.0),
+        let percent = (100.0 * SAMPLE_ROWS / rows).clamp(0.01, 100.0);
+        (
+            sampled_counts(client, s, only, filter, limit, percent)?,
+            true,
         )
+    };
+    let mut out = Entrypoints::default();
+    if let Some((row, _)) = read.first() {
+        out.matching = count(row, "matching")?;
+        let now = SystemTime::now();
+        out.all = EntrypointCounts {
+            entrypoint: String::new(),
+            queued: count(row, "all_queued")?,
+            picked: count(row, "all_picked")?,
+            failed: count(row, "all_failed")?,
+            deferred: count(row, "all_deferred")?,
+            waiting_since: row
+                .try_get::<_, Option<SystemTime>>("all_due")?
+                .filter(|t| *t <= now),
+            estimated,
+        };
     }
+    out.shown = read.into_iter().map(|(_, counts)| counts).collect();
+    out.shown.sort_by(|a, b| a.entrypoint.cmp(&b.entrypoint));
+    Ok(out)
 }
 
 fn exact_counts<C: GenericClient>(
     client: &mut C,
     s: &WebSql,
     only: Option<&str>,
-) -> Result<Vec<EntrypointCounts>> {
-    query_alone(client, &s.queue_count_by_entrypoint, &[(&only, Type::TEXT)])?
-        .iter()
-        .map(|row| {
-            Ok(EntrypointCounts {
-                entrypoint: row.try_get("entrypoint")?,
-                queued: count(row, "queued")?,
-                picked: count(row, "picked")?,
-                failed: count(row, "failed")?,
-                deferred: count(row, "deferred")?,
-                waiting_since: row.try_get("waiting_since")?,
-                estimated: false,
-            })
-        })
-        .collect()
+    filter: Option<&str>,
+    limit: i64,
+) -> Result<Vec<(Row, EntrypointCounts)>> {
+    query_alone(
+        client,
+        &s.queue_count_by_entrypoint,
+        &[
+            (&only, Type::TEXT),
+            (&filter, Type::TEXT),
+            (&limit, Type::INT8),
+        ],
+    )?
+    .into_iter()
+    .map(|row| {
+        let counts = EntrypointCounts {
+            entrypoint: row.try_get("entrypoint")?,
+            queued: count(&row, "queued")?,
+            picked: count(&row, "picked")?,
+            failed: count(&row, "failed")?,
+            deferred: count(&row, "deferred")?,
+            waiting_since: row.try_get("waiting_since")?,
+            estimated: false,
+        };
+        Ok((row, counts))
+    })
+    .collect()
 }
 
 /// The counts of a large queue: queued, deferred and failed as shares of a block sample
@@ -100,8 +156,10 @@ fn sampled_counts<C: GenericClient>(
     client: &mut C,
     s: &WebSql,
     only: Option<&str>,
+    filter: Option<&str>,
+    limit: i64,
     percent: f64,
-) -> Result<Vec<EntrypointCounts>> {
+) -> Result<Vec<(Row, EntrypointCounts)>> {
     query_alone(
         client,
         &s.queue_sample_by_entrypoint,
@@ -109,26 +167,29 @@ fn sampled_counts<C: GenericClient>(
             (&percent, Type::FLOAT8),
             (&only, Type::TEXT),
             (&s.queue_table, Type::TEXT),
+            (&filter, Type::TEXT),
+            (&limit, Type::INT8),
         ],
     )?
-    .iter()
+    .into_iter()
     .map(|row| {
         let first_due: Option<SystemTime> = row.try_get("first_due")?;
         let now: SystemTime = row.try_get("now")?;
-        let mut queued = count(row, "queued")?;
+        let mut queued = count(&row, "queued")?;
         // A queued job exists (the index said so) even if the sample saw none.
         if first_due.is_some() && queued == 0 {
             queued = 1;
         }
-        Ok(EntrypointCounts {
+        let counts = EntrypointCounts {
             entrypoint: row.try_get("entrypoint")?,
             queued,
-            picked: count(row, "picked")?,
-            failed: count(row, "failed")?,
-            deferred: count(row, "deferred")?,
+            picked: count(&row, "picked")?,
+            failed: count(&row, "failed")?,
+            deferred: count(&row, "deferred")?,
             waiting_since: first_due.filter(|t| *t <= now),
             estimated: true,
-        })
+        };
+        Ok((row, counts))
     })
     .collect()
 }

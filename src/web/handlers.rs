@@ -13,7 +13,7 @@ impl App {
         let s = &self.settings;
         let (entrypoints, buckets, workers, now) = self.read(|tx| {
             Ok((
-                data::entrypoint_counts(tx, &self.sql, None)?,
+                data::entrypoint_counts(tx, &self.sql, None, None, data::SHOWN_ENTRYPOINTS)?,
                 self.buckets(tx, None)?,
                 crate::ops::active_workers(tx, s)?.len(),
                 SystemTime::now(),
@@ -39,9 +39,10 @@ impl App {
             )));
         };
         let span = Duration::from_secs(*secs);
+        let filter = r.param("filter").filter(|f| !f.is_empty());
         let (rows, durations, mut buckets) = self.read(|tx| {
             Ok((
-                data::entrypoint_counts(tx, &self.sql, None)?,
+                data::entrypoint_counts(tx, &self.sql, None, filter, data::SHOWN_ENTRYPOINTS)?,
                 data::durations(tx, &self.sql, span, None)?,
                 self.buckets(tx, None)?,
             ))
@@ -51,7 +52,14 @@ impl App {
         self.page(
             "Entrypoints",
             "/entrypoints",
-            &pages::entrypoints(&rows, &durations, &buckets, label, SystemTime::now()),
+            &pages::entrypoints(&pages::EntrypointsPage {
+                rows: &rows,
+                durations: &durations,
+                buckets: &buckets,
+                window: label,
+                filter,
+                now: SystemTime::now(),
+            }),
         )
     }
 
@@ -63,7 +71,7 @@ impl App {
         let day = Duration::from_secs(86_400);
         let (counts, slots, durations, exceptions, buckets, mut rates) = self.read(|tx| {
             Ok((
-                data::entrypoint_counts(tx, &self.sql, Some(&name))?,
+                data::entrypoint_counts(tx, &self.sql, Some(&name), None, 1)?,
                 data::picked_slots(tx, &self.sql, &name)?,
                 data::durations(tx, &self.sql, day, Some(&name))?,
                 data::exceptions(tx, &self.sql, Some(&name), 20)?,
@@ -72,7 +80,7 @@ impl App {
             ))
         })?;
         rates.retain(|r| r.entrypoint == name);
-        if counts.is_empty() && buckets.is_empty() && exceptions.is_empty() {
+        if counts.shown.is_empty() && buckets.is_empty() && exceptions.is_empty() {
             return Err(Problem::NotFound(format!(
                 "No entrypoint {name} has jobs in the queue or log rows in the last 24 h."
             )));
@@ -82,7 +90,7 @@ impl App {
             "/entrypoints",
             &pages::entrypoint(&pages::EntrypointPage {
                 name: &name,
-                counts: counts.first(),
+                counts: counts.shown.first(),
                 slots: &slots,
                 durations: durations.first(),
                 exceptions: &exceptions,

@@ -8,7 +8,8 @@ use maud::{Markup, PreEscaped, html};
 
 use super::{age, encode, entrypoint_link, exception_table, job_link, span};
 use crate::web::data::{
-    Bucket, Durations, EXACT_BELOW, EntrypointCounts, LoggedException, OUTCOMES, PickedSlot,
+    Bucket, Durations, EXACT_BELOW, EntrypointCounts, Entrypoints, LoggedException, OUTCOMES,
+    PickedSlot,
 };
 
 /// The sums of [`OUTCOMES`] over buckets newer than `since`.
@@ -83,18 +84,17 @@ fn throughput_chart(buckets: &[Bucket], now: SystemTime) -> Markup {
 }
 
 pub(in crate::web) struct Overview<'a> {
-    pub entrypoints: &'a [EntrypointCounts],
+    pub entrypoints: &'a Entrypoints,
     pub buckets: &'a [Bucket],
     pub workers: usize,
     pub now: SystemTime,
 }
 
 pub(in crate::web) fn overview(o: &Overview<'_>) -> Markup {
-    let queued: u64 = o.entrypoints.iter().map(|e| e.queued).sum();
-    let picked: u64 = o.entrypoints.iter().map(|e| e.picked).sum();
-    let failed: u64 = o.entrypoints.iter().map(|e| e.failed).sum();
-    let oldest = o.entrypoints.iter().filter_map(|e| e.waiting_since).min();
-    let estimated = o.entrypoints.iter().any(|e| e.estimated);
+    let all = &o.entrypoints.all;
+    let (queued, picked, failed) = (all.queued, all.picked, all.failed);
+    let oldest = all.waiting_since;
+    let estimated = all.estimated;
     let windows = [("1 h", 3600), ("6 h", 6 * 3600), ("24 h", 24 * 3600)];
     let hour = outcome_totals(o.buckets, o.now - Duration::from_secs(3600));
     html! {
@@ -127,8 +127,23 @@ pub(in crate::web) fn overview(o: &Overview<'_>) -> Markup {
             }
         }
         h2 { "Backlog by entrypoint" }
-        (entrypoint_table(o.entrypoints, None, o.now))
-        (estimate_note(o.entrypoints))
+        (entrypoint_table(&o.entrypoints.shown, None, o.now))
+        (left_out_note(o.entrypoints, None))
+        (estimate_note(&o.entrypoints.shown))
+    }
+}
+
+/// What the table leaves out, when it does: how many entrypoints, and how to find them.
+fn left_out_note(e: &Entrypoints, filter: Option<&str>) -> Markup {
+    html! {
+        @if e.left_out() > 0 {
+            p.muted #left-out {
+                "The " (e.shown.len()) " busiest of " (e.matching) " entrypoints"
+                @if let Some(f) = filter { " whose name contains “" (f) "”" }
+                " are shown; " (e.left_out()) " more are not. "
+                a href="/entrypoints" { "Filter them by name" } "."
+            }
+        }
     }
 }
 
@@ -233,24 +248,38 @@ fn rate(errors: u64, done: u64) -> String {
 pub(in crate::web) const WINDOWS: [(&str, u64); 3] =
     [("1h", 3600), ("6h", 6 * 3600), ("24h", 86_400)];
 
-pub(in crate::web) fn entrypoints(
-    rows: &[EntrypointCounts],
-    durations: &[Durations],
-    buckets: &[Bucket],
-    window: &str,
-    now: SystemTime,
-) -> Markup {
+pub(in crate::web) struct EntrypointsPage<'a> {
+    pub rows: &'a Entrypoints,
+    pub durations: &'a [Durations],
+    pub buckets: &'a [Bucket],
+    pub window: &'a str,
+    /// Only entrypoints whose name contains it.
+    pub filter: Option<&'a str>,
+    pub now: SystemTime,
+}
+
+pub(in crate::web) fn entrypoints(p: &EntrypointsPage<'_>) -> Markup {
+    let filtered = |label: &str| match p.filter {
+        None => format!("/entrypoints?window={label}"),
+        Some(f) => format!("/entrypoints?window={label}&filter={}", encode(f)),
+    };
     html! {
         h1 { "Entrypoints" }
         p {
             "Window: "
             @for (label, _) in WINDOWS {
-                @if label == window { strong { (label) } " " }
-                @else { a href=(format!("/entrypoints?window={label}")) { (label) } " " }
+                @if label == p.window { strong { (label) } " " }
+                @else { a href=(filtered(label)) { (label) } " " }
             }
         }
-        (entrypoint_table(rows, Some((durations, buckets)), now))
-        (estimate_note(rows))
+        form #filter method="get" action="/entrypoints" {
+            input type="hidden" name="window" value=(p.window);
+            label { "Name contains " input type="search" name="filter" value=(p.filter.unwrap_or_default()); }
+            " " button type="submit" { "Filter" }
+        }
+        (entrypoint_table(&p.rows.shown, Some((p.durations, p.buckets)), p.now))
+        (left_out_note(p.rows, p.filter))
+        (estimate_note(&p.rows.shown))
     }
 }
 

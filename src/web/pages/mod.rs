@@ -13,7 +13,9 @@ use super::data::LoggedException;
 use super::http::encode;
 use crate::time::python_time;
 
-pub(super) use figures::{EntrypointPage, Overview, WINDOWS, entrypoint, entrypoints, overview};
+pub(super) use figures::{
+    EntrypointPage, EntrypointsPage, Overview, WINDOWS, entrypoint, entrypoints, overview,
+};
 pub(super) use fleet::{schedules, system, workers};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(super) use jobs::fuzz_views;

@@ -636,3 +636,65 @@ fn broken_escapes_and_nul_in_parameters_get_400_naming_them() {
         target.check("broken parameters");
     }
 }
+
+/// 200,000 distinct entrypoints, each with a queued job and its log row, and one with 50
+/// running (its count exact, where the others' are estimated from a sample): the overview,
+/// the entrypoints page and `/metrics` each answer within seconds in under 512 KiB, list
+/// the busiest and say how many are left out (the pages; `/metrics` adds them up under
+/// `entrypoint="(others)"`), and the filter finds one that was left out.
+#[test]
+fn two_hundred_thousand_entrypoints_cost_a_page_a_few_rows() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "INSERT INTO pgqueuer (priority, entrypoint, payload, status) \
+             SELECT 0, 'ep-' || g, 'x', 'queued' FROM generate_series(1, 200000) g;
+             INSERT INTO pgqueuer (priority, entrypoint, payload, status, queue_manager_id) \
+             SELECT 0, 'ep-busy', 'x', 'picked', gen_random_uuid() FROM generate_series(1, 50) g;
+             INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint) \
+             SELECT id, 'queued', 0, entrypoint FROM pgqueuer;
+             ANALYZE pgqueuer;",
+        )
+        .unwrap();
+    let mut options = quick_options();
+    options.statement_timeout = Duration::from_secs(30);
+    let server = dashboard(&db, options);
+    let addr = server.addr();
+    for path in ["/", "/entrypoints", "/metrics"] {
+        let started = Instant::now();
+        let answer = super::get(addr, path);
+        let took = started.elapsed();
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert!(
+            answer.body.len() < 512 << 10,
+            "{path}: {} bytes",
+            answer.body.len()
+        );
+        assert!(took < Duration::from_secs(20), "{path} took {took:?}");
+        eprintln!("{path}: {} bytes in {took:?}", answer.body.len());
+        if path == "/metrics" {
+            assert!(answer.body.contains("entrypoint=\"(others)\""), "{path}");
+            assert!(
+                answer
+                    .body
+                    .contains("pgqueuer_metrics_entrypoints_left_out 199801"),
+                "{path}"
+            );
+            assert!(answer.body.contains("entrypoint=\"ep-busy\""), "{path}");
+        } else {
+            assert!(
+                answer.body.contains("ep-busy"),
+                "{path}: the busiest is shown"
+            );
+            assert!(
+                answer.body.contains("199901 more are not"),
+                "{path}: the rest are counted"
+            );
+        }
+    }
+    let filtered = super::get(addr, "/entrypoints?filter=ep-199999");
+    assert_eq!(filtered.status, 200);
+    assert!(filtered.body.contains("ep-199999"), "the filter finds it");
+    assert!(!filtered.body.contains("ep-busy"));
+}
