@@ -144,10 +144,10 @@ pub struct WebOptions {
     /// idle, more are answered 503 and closed. A browser opens up to six per page plus
     /// one per live page. Defaults to 256.
     pub max_connections: usize,
-    /// Connections served at once from one client address; more are answered 503 and
-    /// closed, so that one client cannot hold every place. Behind a reverse proxy every
-    /// client has the proxy's address: raise it to `max_connections` there. Defaults to
-    /// 64.
+    /// Connections served at once from one client address (at most `max_connections`);
+    /// more are answered 503 and closed, so that one client cannot hold every place.
+    /// Behind a reverse proxy every client has the proxy's address: raise it to
+    /// `max_connections` there. Defaults to 128.
     pub max_connections_per_client: usize,
     /// How long a connection may take to send a request's head, counted from when it
     /// starts waiting for one: a client trickling a header a byte at a time (slowloris)
@@ -173,7 +173,7 @@ impl Default for WebOptions {
             stale_after: Duration::from_secs(300),
             threads: 4,
             max_connections: 256,
-            max_connections_per_client: 64,
+            max_connections_per_client: 128,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
@@ -275,12 +275,10 @@ impl WebOptions {
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
             return Err(Error::invalid("max_connections", "must be 1 to 1000000"));
         }
-        if self.max_connections_per_client == 0
-            || self.max_connections_per_client > self.max_connections
-        {
+        if self.max_connections_per_client == 0 {
             return Err(Error::invalid(
                 "max_connections_per_client",
-                format!("must be 1 to max_connections ({})", self.max_connections),
+                "must be at least 1 (it is bounded by max_connections)",
             ));
         }
         for (field, value) in [
@@ -382,7 +380,10 @@ impl Dashboard {
         let limits = server::Limits {
             threads: self.options.threads,
             max_connections: self.options.max_connections,
-            max_connections_per_client: self.options.max_connections_per_client,
+            max_connections_per_client: self
+                .options
+                .max_connections_per_client
+                .min(self.options.max_connections),
             header_read_timeout: self.options.header_read_timeout,
             body_read_timeout: self.options.body_read_timeout,
             write_timeout: self.options.write_timeout,

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, select};
 
+use super::alarms::FalseAlarms;
 use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
 use super::jitter::Jitter;
@@ -170,6 +171,9 @@ pub(crate) struct Lead<'a> {
     limit_full: bool,
     /// Each entrypoint's limit, where every one has a limit ([`Dispatcher::free_slots`]).
     slot_limits: Option<Vec<usize>>,
+    /// Claims a new-jobs notification asked for that found nothing: past the budget, such
+    /// a notification ends a quiet spell only at the budget's pace (see `alarms`).
+    alarms: FalseAlarms,
     /// Held while the lane dispatches: its drop tells the threads that no job can be
     /// handed over any more.
     _dispatching: Sender<()>,
@@ -223,6 +227,7 @@ impl<'a> Dispatcher<'a> {
             last_full: false,
             limit_full: false,
             slot_limits: self.slot_limits(),
+            alarms: FalseAlarms::new(Instant::now()),
             _dispatching: dispatching,
         };
         *lock(&self.parked_lead) = Some(lead);
@@ -348,9 +353,17 @@ impl<'a> Dispatcher<'a> {
             return false;
         };
         let limit_full = lead.limit_full;
-        if Instant::now() < until && !self.quiet_ends(limit_full) {
+        let now = Instant::now();
+        let heard = lead.alarms.heard(now);
+        if now < until && !self.quiet_ends(limit_full, heard) {
+            // New jobs not heard yet are looked at once the budget allows.
+            let until = if heard {
+                until
+            } else {
+                until.min(lead.alarms.heard_from(now))
+            };
             self.wait_while(&self.quiet_breakers(), until, || {
-                !self.quiet_ends(limit_full)
+                !self.quiet_ends(limit_full, heard)
             });
             return true;
         }
@@ -406,8 +419,8 @@ impl<'a> Dispatcher<'a> {
     /// again ([`Dispatcher::after_empty_claim`]).
     fn claim_and_hand_over(&self, lead: &mut Lead<'_>, take: usize) -> Step {
         // This claim's snapshot covers every change rung so far.
+        let asked_by_new_jobs = self.doorbell.take(Wake::Changed);
         for why in [
-            Wake::Changed,
             Wake::Freed,
             Wake::Resync,
             Wake::Written,
@@ -444,6 +457,9 @@ impl<'a> Dispatcher<'a> {
             self.ledger.outcomes().hurry(n < take && !self.binding());
         }
         if n == 0 {
+            if asked_by_new_jobs && !claim.lost_race() {
+                lead.alarms.spent(Instant::now());
+            }
             return self.after_empty_claim(lead, claim.lost_race(), claim.rate_wait);
         }
         lead.limit_full = false;
@@ -495,7 +511,7 @@ impl<'a> Dispatcher<'a> {
             return Step::Again;
         }
         let binding = self.binding();
-        let arrived = self.doorbell.is_pending(Wake::Changed);
+        let arrived = self.doorbell.is_pending(Wake::Changed) && lead.alarms.heard(Instant::now());
         if self.doorbell.is_pending(Wake::Resync)
             || self.doorbell.is_pending(Wake::Freed)
             || self.doorbell.is_pending(Wake::LimitsChanged)
@@ -896,8 +912,8 @@ impl<'a> Dispatcher<'a> {
     /// in force, a reconnected listener, written outcomes (slots freed), or outcomes
     /// waiting to be folded into a claim. It only reads: the claim that follows takes
     /// the reasons.
-    fn quiet_ends(&self, limit_full: bool) -> bool {
-        (self.doorbell.is_pending(Wake::Changed) && !limit_full)
+    fn quiet_ends(&self, limit_full: bool, changed_heard: bool) -> bool {
+        (self.doorbell.is_pending(Wake::Changed) && !limit_full && changed_heard)
             || self.doorbell.is_pending(Wake::Freed)
             || self.doorbell.is_pending(Wake::LimitsChanged)
             || self.doorbell.is_pending(Wake::Resync)

@@ -128,6 +128,7 @@ impl Listener<'_> {
         payload: &str,
         probe: &mut Option<(uuid::Uuid, Instant)>,
         unconfirmed: &mut Vec<(i64, Instant)>,
+        unparsed: &mut Unparsed,
     ) {
         match Event::parse(payload) {
             Ok(Event::TableChanged(change)) => {
@@ -155,11 +156,7 @@ impl Listener<'_> {
                     *probe = None;
                 }
             }
-            Err(e) => {
-                log::warn!(
-                    "pgqueuer listener ignored a notification it cannot parse ({e}): {payload}"
-                );
-            }
+            Err(e) => unparsed.seen(&e.to_string(), payload),
         }
     }
 
@@ -211,6 +208,7 @@ impl Listener<'_> {
         let mut last_probe = Instant::now();
         let interval = health_interval(self.listen.config());
         let mut limits_ring = LimitsRing::default();
+        let mut unparsed = Unparsed::default();
         while !finished() {
             self.stats.liveness.listener_ran(true);
             {
@@ -231,7 +229,9 @@ impl Listener<'_> {
                         }
                         // Perhaps every executor has exited: look now.
                         Ok(Some(n)) if n.channel() == self.wake_channel => break,
-                        Ok(Some(n)) => self.handle(n.payload(), &mut probe, &mut unconfirmed),
+                        Ok(Some(n)) => {
+                            self.handle(n.payload(), &mut probe, &mut unconfirmed, &mut unparsed)
+                        }
                         Ok(None) => break,
                         Err(e) => return Err(chain(&e).to_string()),
                     }
@@ -324,6 +324,55 @@ mod tests {
         assert_eq!(health_interval(&config), Duration::from_secs(3));
         config.tcp_user_timeout(Duration::from_millis(200));
         assert_eq!(health_interval(&config), Duration::from_secs(1));
+    }
+}
+
+/// How often at most the listener warns of notifications it cannot parse (any role may
+/// send them, as fast as it likes).
+const UNPARSED_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The most characters of an unparsable payload quoted in the warning.
+const UNPARSED_QUOTED: usize = 200;
+
+/// Notifications that could not be parsed: the first is warned of at once, the rest at
+/// most once per [`UNPARSED_WARN_EVERY`], with how many came meanwhile.
+#[derive(Default)]
+struct Unparsed {
+    last_warned: Option<Instant>,
+    /// Seen since the last warning.
+    since: u64,
+}
+
+impl Unparsed {
+    fn seen(&mut self, error: &str, payload: &str) {
+        self.since += 1;
+        if self
+            .last_warned
+            .is_some_and(|at| at.elapsed() < UNPARSED_WARN_EVERY)
+        {
+            return;
+        }
+        let quoted: String = payload.chars().take(UNPARSED_QUOTED).collect();
+        let cut = if quoted.len() < payload.len() {
+            " [...]"
+        } else {
+            ""
+        };
+        if self.since > 1 {
+            log::warn!(
+                "pgqueuer listener ignored {} notifications it cannot parse in the last {} s \
+                 (any role may NOTIFY on the channel); the latest ({error}): {quoted:?}{cut}",
+                self.since,
+                UNPARSED_WARN_EVERY.as_secs()
+            );
+        } else {
+            log::warn!(
+                "pgqueuer listener ignored a notification it cannot parse ({error}): \
+                 {quoted:?}{cut} (said at most once a minute, with a count)"
+            );
+        }
+        self.last_warned = Some(Instant::now());
+        self.since = 0;
     }
 }
 

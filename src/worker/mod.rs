@@ -9,6 +9,7 @@
 //! executors share one set of threads (`runner`): whichever thread leads claims, and on
 //! an idle worker runs a lone job it claimed itself. The shared pieces are in `state`.
 
+mod alarms;
 mod builder;
 mod completer;
 mod deadlines;

@@ -389,7 +389,7 @@ fn two_thousand_connections_at_once() {
     }
 }
 
-/// Idle sockets that hold every place: one address opens 300 (64 are served, the rest
+/// Idle sockets that hold every place: one address opens 300 (128 are served, the rest
 /// told 503), five others 64 each, more than the server's 256 places, and every socket
 /// the server closes is opened again at once. `/healthz`, asked from yet another
 /// address, answers 200 fifteen times in a row meanwhile: an idle holder gives way to a

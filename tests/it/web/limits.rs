@@ -97,21 +97,48 @@ fn a_client_that_never_reads_is_dropped_after_the_write_timeout() {
     assert_eq!(get(addr, "/healthz").status, 200);
 }
 
-/// Connections beyond `max_connections` are answered 503 and closed at once; the
-/// others are served, and once they go new ones are too.
+/// Past `max_connections` the connection idle the longest makes room for a newcomer;
+/// when every one is busy (eight event streams), the newcomer is answered 503 and
+/// closed at once; once they go, new ones are served again.
 #[test]
-fn connections_beyond_the_cap_are_told_and_closed() {
+fn connections_beyond_the_cap_make_room_or_are_told_and_closed() {
     let db = TestDb::new();
     let mut options = quick_options();
     options.max_connections = 8;
     let server = dashboard(&db, options);
     let addr = server.addr();
-    let held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    // The server counts a connection once it has accepted it: wait for the ninth to be
-    // the one told.
+    let mut idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // The server counts a connection once it has accepted it: a ninth that asks is
+    // served, the oldest idle one closed for it.
+    super::hostile::healthy_within(addr, Duration::from_secs(5), "eight idle connections");
+    let first = idle.remove(0);
+    first
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert!(
+        matches!((&first).read(&mut buf), Ok(0) | Err(_)),
+        "the oldest idle connection was closed to make room"
+    );
+    drop(idle);
+    let streams: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            write!(s, "GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+            let mut head = [0u8; 12];
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.read_exact(&mut head).unwrap();
+            assert!(
+                head.ends_with(b"200"),
+                "{:?}",
+                String::from_utf8_lossy(&head)
+            );
+            s
+        })
+        .collect();
     eventually(
         Duration::from_secs(5),
-        "a ninth connection told 503",
+        "a ninth connection told 503 while eight stream",
         || {
             exchange(
                 addr,
@@ -120,8 +147,8 @@ fn connections_beyond_the_cap_are_told_and_closed() {
             ) == Some(503)
         },
     );
-    drop(held);
-    super::hostile::healthy_within(addr, Duration::from_secs(1), "the cap");
+    drop(streams);
+    super::hostile::healthy_within(addr, Duration::from_secs(5), "the cap");
 }
 
 /// Names listed in `allowed_hosts` are answered (pages and actions); others still get

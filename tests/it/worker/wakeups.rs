@@ -281,3 +281,87 @@ fn a_wait_for_room_ends_when_the_allowance_ahead_lapses_meanwhile() {
         );
     }
 }
+
+/// A storm of forged notifications (any role may NOTIFY on the channel): 3 s of insert
+/// events as fast as one session sends them, and as many payloads that do not parse. An
+/// idle worker claims at most the false-alarm budget's 50 at once and 50 a second
+/// (against one claim per event before), warns of the unparsable ones once, with a
+/// count, and a real job enqueued during the storm still starts at once.
+#[test]
+fn a_forged_notify_storm_costs_a_bounded_claim_rate() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let pool = db.pool(4);
+    let (started_tx, started_rx) = crossbeam_channel::unbounded::<Instant>();
+    let worker = Worker::builder(pool.clone())
+        .threads(2)
+        .dequeue_timeout(Duration::from_secs(60))
+        .entrypoint("real", move |_job, _ctx| {
+            let _ = started_tx.send(Instant::now());
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    eventually(Duration::from_secs(30), "an idle, listening worker", || {
+        worker.stats().claims >= 1 && !listener_pids(&mut client, &db.name).is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let before = worker.stats().claims;
+    let storm = {
+        let config = db.config();
+        std::thread::spawn(move || {
+            let mut forger = config.connect(postgres::NoTls).unwrap();
+            let started = Instant::now();
+            let mut sent = 0u64;
+            while started.elapsed() < Duration::from_secs(3) {
+                // Each its own transaction, each payload distinct: none is deduplicated.
+                let insert = format!(
+                    "{{\"channel\" : \"ch_pgqueuer\", \"operation\" : \"insert\", \
+                     \"sent_at\" : \"2026-01-01T00:00:00.{sent:06}+00:00\", \
+                     \"table\" : \"pgqueuer\", \"type\" : \"table_changed_event\"}}"
+                );
+                forger
+                    .execute("SELECT pg_notify('ch_pgqueuer', $1)", &[&insert])
+                    .unwrap();
+                forger
+                    .execute(
+                        "SELECT pg_notify('ch_pgqueuer', $1)",
+                        &[&format!("not json {sent}")],
+                    )
+                    .unwrap();
+                sent += 1;
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let enqueued = Instant::now();
+    Queue::new(pool).enqueue(NewJob::new("real", "x")).unwrap();
+    let started = started_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the real job started");
+    let sent = storm.join().unwrap();
+    let claims = worker.stats().claims - before;
+    let waited = started - enqueued;
+    eprintln!("{sent} forged inserts in 3 s: {claims} claims; the real job waited {waited:?}");
+    assert!(sent > 1_000, "the storm sent only {sent}");
+    // The burst, 50 a second for the 3 s, and a few for the real job and its end.
+    assert!(
+        claims <= 50 + 3 * 50 + 20,
+        "{claims} claims for {sent} forged events"
+    );
+    assert!(
+        waited < Duration::from_secs(1),
+        "the real job waited {waited:?}"
+    );
+    let warned = crate::harness::captured("cannot parse");
+    assert!(
+        !warned.is_empty() && warned.len() <= 2,
+        "{} warnings of unparsable notifications: {warned:?}",
+        warned.len()
+    );
+    worker.shutdown_handle().shutdown();
+    worker.join().unwrap();
+}
