@@ -230,7 +230,7 @@ impl Listener<'_> {
                         // Perhaps every executor has exited: look now.
                         Ok(Some(n)) if n.channel() == self.wake_channel => break,
                         Ok(Some(n)) => {
-                            self.handle(n.payload(), &mut probe, &mut unconfirmed, &mut unparsed)
+                            self.handle(n.payload(), &mut probe, &mut unconfirmed, &mut unparsed);
                         }
                         Ok(None) => break,
                         Err(e) => return Err(chain(&e).to_string()),
