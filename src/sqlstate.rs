@@ -92,9 +92,26 @@ pub(crate) fn is_connection_lost(err: &postgres::Error) -> bool {
 /// 54 (program limit, such as a value too large). Anything else (a lost connection, a
 /// timeout, a deadlock, a read-only or shutting-down server, no SQLSTATE at all) may pass
 /// on a retry.
+///
+/// One 54000 is a passing state, not the statement's fault: the NOTIFY queue full
+/// ("too many notifications in the NOTIFY queue", raised at commit by `PreCommit_Notify`
+/// while a listener lags, and gone once it catches up). It is told apart by the
+/// server's routine name, which, unlike the message, is not translated.
 pub(crate) fn refuses_statement(err: &postgres::Error) -> bool {
+    let routine = err.as_db_error().and_then(|d| d.routine());
     err.code()
-        .is_some_and(|code| refusing_class(code.code()) && !err.is_closed())
+        .is_some_and(|code| refuses(code.code(), routine) && !err.is_closed())
+}
+
+/// The server routine that raises "too many notifications in the NOTIFY queue" (54000).
+const NOTIFY_QUEUE_FULL_ROUTINE: &str = "PreCommit_Notify";
+
+/// The pure part of [`refuses_statement`].
+fn refuses(code: &str, routine: Option<&str>) -> bool {
+    if code == "54000" && routine == Some(NOTIFY_QUEUE_FULL_ROUTINE) {
+        return false;
+    }
+    refusing_class(code)
 }
 
 fn refusing_class(code: &str) -> bool {
@@ -119,6 +136,20 @@ mod tests {
         ] {
             assert!(!refusing_class(code), "{code}");
         }
+    }
+
+    /// A full NOTIFY queue (54000 at commit, from `PreCommit_Notify`) passes once its
+    /// listeners catch up: an outcome it fails is written again, not recorded as refused
+    /// (an exception for a job that succeeded) nor left to run again; every other 54000
+    /// (a value too large, say) refuses the statement.
+    #[test]
+    fn a_full_notify_queue_is_passing_and_other_program_limits_refuse() {
+        assert!(!refuses("54000", Some("PreCommit_Notify")));
+        assert!(refuses("54000", Some("exec_stmt_raise")));
+        assert!(refuses("54000", Some("index_form_tuple_context")));
+        assert!(refuses("54000", None));
+        assert!(refuses("54001", Some("PreCommit_Notify")));
+        assert!(!refuses("40001", Some("PreCommit_Notify")));
     }
 
     #[test]

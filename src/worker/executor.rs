@@ -97,6 +97,10 @@ impl Executor<'_> {
         let verdict = span.run(|| self.verdict(job, entry, rng));
         span.finish(verdict.failure());
         match verdict {
+            Verdict::End(Status::Canceled, _) => {
+                self.stats.ended(entry.index, Status::Canceled);
+                self.ledger.cancelled(job.id, started.elapsed());
+            }
             Verdict::End(status, failure) => {
                 self.stats.ended(entry.index, status);
                 let outcome = Outcome {

@@ -198,6 +198,17 @@ impl Ledger {
         self.freed(took);
     }
 
+    /// A job whose handler stopped because it was cancelled, after running `took`: its
+    /// row is given back if it is still this worker's, and nothing more. Every
+    /// cancellation that reaches a handler found the row deleted (`cancel` deletes it
+    /// and logs `canceled`) or another worker's; a row that is this worker's again by the
+    /// time the outcome is written was re-picked by it since, and nobody cancelled that
+    /// claim: ending it `canceled` would delete a job that must still run.
+    pub(crate) fn cancelled(&self, id: JobId, took: Duration) {
+        self.outcomes.release(id);
+        self.freed(took);
+    }
+
     /// A job a thread took after shutdown goes back to the queue unstarted.
     pub(crate) fn released(&self, id: JobId) {
         self.outcomes.release(id);
@@ -279,11 +290,6 @@ impl Ledger {
     /// The owned jobs among `ids`.
     pub(crate) fn owned_among(&self, ids: &[JobId]) -> Vec<JobId> {
         self.owned.owned_among(ids)
-    }
-
-    /// Stops the handlers of owned jobs among `ids` as cancelled; returns how many.
-    pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
-        self.owned.cancel(ids)
     }
 
     /// Tells every running handler that the shutdown deadline passed; returns how many
@@ -412,7 +418,7 @@ mod tests {
         let ledger = Ledger::new(2, 0, true, false);
         assert_eq!(ledger.reserve(1), 1);
         ledger.claimed(vec![test_job(7)], |_| 0);
-        assert_eq!(ledger.cancel(&[7]), 1);
+        assert_eq!(ledger.cancel_lost(&ledger.ownerships()), 1);
         let stop = ledger.stop_of(7).expect("owned");
         assert!(stop.is_cancelled());
         assert_eq!(ledger.reserve(1), 1);

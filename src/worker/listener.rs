@@ -11,6 +11,7 @@ use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
 use super::ledger::Ledger;
 use super::limits::LimitWatch;
+use super::owned::Ownership;
 use super::stats::Stats;
 use crate::connect::drop_elsewhere;
 use crate::error::chain;
@@ -171,6 +172,15 @@ impl Listener<'_> {
             return Ok(());
         }
         let ids: Vec<i64> = unconfirmed.iter().map(|(id, _)| *id).collect();
+        // Which claim of each job was the latest before the look: a re-pick of this
+        // worker's that commits after the look's snapshot makes the row ours again, and
+        // must not be cancelled for what the look saw (see `Ledger::cancel_lost`).
+        let seen: Vec<Ownership> = self
+            .ledger
+            .ownerships()
+            .into_iter()
+            .filter(|o| ids.contains(&o.id))
+            .collect();
         let owned: Vec<i64> = client
             .query(&self.owned_sql, &[&ids, &self.config.claimer.worker_id()])?
             .iter()
@@ -182,7 +192,8 @@ impl Listener<'_> {
             .filter(|id| !owned.contains(id))
             .collect();
         if !gone.is_empty() {
-            let cancelled = self.ledger.cancel(&gone);
+            let lost: Vec<Ownership> = seen.into_iter().filter(|o| gone.contains(&o.id)).collect();
+            let cancelled = self.ledger.cancel_lost(&lost);
             log::debug!("{cancelled} owned jobs cancelled (rows deleted): {gone:?}");
         }
         let now = Instant::now();

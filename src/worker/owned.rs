@@ -171,15 +171,6 @@ impl Owned {
         self.map().get(&id).map(|h| h.stop.clone())
     }
 
-    /// Cancels the owned jobs among `ids`; returns how many were owned.
-    pub(crate) fn cancel(&self, ids: &[JobId]) -> usize {
-        let map = self.map();
-        ids.iter()
-            .filter_map(|id| map.get(id))
-            .map(|entry| entry.stop.cancel())
-            .count()
-    }
-
     /// Cancels the jobs among `seen` that no claim of this worker has taken again since
     /// `seen` was read; returns how many. A heartbeat that found a row not ours read the
     /// row before a re-pick of ours committed: cancelling now would undo the re-pick's
