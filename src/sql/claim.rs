@@ -972,19 +972,20 @@ pub(crate) fn queue_any_queued(s: &Settings) -> String {
 pub(crate) fn queue_next_due(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     format!(
-        "SELECT (EXTRACT(EPOCH FROM (\n    \
-             SELECT MIN(first.execute_after)\n    \
+        "SELECT {queued} AS queued_us,\n       {stale} + $2::bigint AS stale_us",
+        queued = super::micros_until(&format!(
+            "(SELECT MIN(first.execute_after)\n    \
              FROM UNNEST($1::text[]) AS e(entrypoint)\n    \
              CROSS JOIN LATERAL (\n        SELECT execute_after FROM {queue}\n        \
              WHERE status = 'queued' AND entrypoint = e.entrypoint\n        \
-             ORDER BY execute_after LIMIT 1\n    ) first\n\
-         ) - NOW()) * 1000000)::bigint AS queued_us,\n\
-         (EXTRACT(EPOCH FROM (\n    \
-             SELECT heartbeat FROM {queue}\n    \
+             ORDER BY execute_after LIMIT 1\n    ) first)"
+        )),
+        stale = super::micros_until(&format!(
+            "(SELECT heartbeat FROM {queue}\n    \
              WHERE status = 'picked' AND entrypoint = ANY($1::text[])\n      \
              AND queue_manager_id IS DISTINCT FROM $3::uuid\n    \
-             ORDER BY heartbeat LIMIT 1\n\
-         ) - NOW()) * 1000000)::bigint + $2::bigint AS stale_us"
+             ORDER BY heartbeat LIMIT 1)"
+        )),
     )
 }
 

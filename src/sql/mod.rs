@@ -205,6 +205,27 @@ pub(crate) const SESSION_PLAN_WITH_INDEXES: &str = "SET enable_seqscan = off; SE
      SET enable_sort = off; SET jit = off; \
      SET plan_cache_mode = force_generic_plan";
 
+/// The seconds from the timestamp `expr` until `now()` (float8; negative for a time to
+/// come), for a timestamp of any value: `-infinity` (which another program may write) is
+/// infinitely old and `infinity` infinitely far off, where PostgreSQL 15's subtraction
+/// of an infinite timestamp fails the whole statement.
+pub(crate) fn age_seconds(expr: &str) -> String {
+    format!(
+        "(CASE WHEN isfinite({expr}) THEN EXTRACT(EPOCH FROM now() - {expr})::float8 \
+         WHEN {expr} < now() THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END)"
+    )
+}
+
+/// The microseconds from `now()` until the timestamp `expr` (bigint; negative once it has
+/// passed), for a timestamp of any value (see [`age_seconds`]): an infinite one gives
+/// the bigint range's end, a little short of it.
+pub(crate) fn micros_until(expr: &str) -> String {
+    format!(
+        "GREATEST(LEAST(-{} * 1000000, 9.2e18), -9.2e18)::bigint",
+        age_seconds(expr)
+    )
+}
+
 /// Run on each new direct connection: in a `SQL_ASCII` database, whose text holds
 /// whatever bytes were written, the server refuses to send a row with bytes that are not
 /// UTF-8 to a UTF-8 client (22021), failing the whole statement, so one such row would

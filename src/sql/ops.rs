@@ -183,7 +183,7 @@ pub(crate) fn queue_health(s: &Settings) -> String {
     let status = s.qualify(&s.queue_status_type);
     format!(
         "WITH waits AS (
-    SELECT entrypoint, EXTRACT(EPOCH FROM now() - min(execute_after))::float8 AS age
+    SELECT entrypoint, {age} AS age
       FROM {queue}
      WHERE status = 'queued'::{status} AND execute_after <= now()
      GROUP BY entrypoint
@@ -193,7 +193,8 @@ SELECT coalesce((SELECT array_agg(entrypoint ORDER BY entrypoint) FROM waits), '
        (SELECT count(*) FROM {queue}
          WHERE status = 'picked'::{status} AND heartbeat < now() - {interval}) AS stale,
        (SELECT count(*) FROM {log} WHERE NOT aggregated) AS unaggregated",
-        interval = micros_interval("$1")
+        interval = micros_interval("$1"),
+        age = super::age_seconds("min(execute_after)"),
     )
 }
 
@@ -207,13 +208,14 @@ pub(crate) fn queue_select_stale(s: &Settings) -> String {
         "SELECT id, priority, queue_manager_id, created, updated, heartbeat, execute_after,
        status::text AS status, entrypoint, dedupe_key, NULL::bytea AS payload,
        NULL::jsonb AS headers, attempts, slot,
-       EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS seconds_since_heartbeat
+       {age} AS seconds_since_heartbeat
   FROM {queue}
  WHERE status = 'picked'::{status}
    AND heartbeat < now() - {interval}
  ORDER BY heartbeat, id
  LIMIT $2::bigint",
-        interval = micros_interval("$1")
+        interval = micros_interval("$1"),
+        age = super::age_seconds("heartbeat"),
     )
 }
 
@@ -229,18 +231,20 @@ pub(crate) fn queue_health_facts(s: &Settings) -> String {
     format!(
         "SELECT
   (SELECT count(*) FROM {queue} WHERE status = 'queued'::{status} AND execute_after <= now()) AS due,
-  (SELECT EXTRACT(EPOCH FROM now() - min(greatest(created, execute_after)))::float8
+  (SELECT {oldest_due}
      FROM {queue} WHERE status = 'queued'::{status} AND execute_after <= now()) AS oldest_due_s,
   (SELECT count(*) FROM {queue} WHERE status = 'picked'::{status}) AS picked,
   (SELECT count(*) FROM {queue} WHERE status = 'picked'::{status} AND heartbeat < now() - {stale}) AS stale,
   (SELECT count(*) FROM {queue} WHERE status = 'failed'::{status}) AS failed,
-  (SELECT EXTRACT(EPOCH FROM now() - max(created))::float8 FROM {log}
+  (SELECT {last_progress} FROM {log}
      WHERE created > now() - interval '1 day' AND status <> 'queued'::{status}) AS last_progress_s,
   (SELECT count(*) FROM {log} WHERE created > now() - {window} AND status = 'queued'::{status}) AS arrivals,
   (SELECT count(*) FROM {log} WHERE created > now() - {window}
       AND status NOT IN ('queued'::{status}, 'picked'::{status})) AS completions",
         stale = micros_interval("$1"),
         window = micros_interval("$2"),
+        oldest_due = super::age_seconds("min(greatest(created, execute_after))"),
+        last_progress = super::age_seconds("max(created)"),
     )
 }
 
@@ -369,12 +373,14 @@ pub(crate) fn queue_select_age(s: &Settings) -> String {
     let status = s.qualify(&s.queue_status_type);
     format!(
         "SELECT entrypoint, count(*) AS queued_count, min(created) AS oldest_created,
-       EXTRACT(EPOCH FROM now() - min(created))::float8 AS oldest_age_seconds,
-       avg(EXTRACT(EPOCH FROM now() - created)::float8) AS avg_age_seconds
+       {oldest} AS oldest_age_seconds,
+       avg({each}) AS avg_age_seconds
   FROM {queue}
  WHERE status = 'queued'::{status}
  GROUP BY entrypoint
- ORDER BY entrypoint"
+ ORDER BY entrypoint",
+        oldest = super::age_seconds("min(created)"),
+        each = super::age_seconds("created"),
     )
 }
 

@@ -245,10 +245,12 @@ fn queue_explain_job(s: &Settings) -> String {
     let queue = s.qualify(&s.queue_table);
     format!(
         "SELECT {columns},
-       EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS heartbeat_age,
-       EXTRACT(EPOCH FROM execute_after - now())::float8 AS due_in
+       {heartbeat_age} AS heartbeat_age,
+       -{due_age} AS due_in
   FROM {queue} WHERE id = $1::bigint",
-        columns = JOB_COLUMNS
+        columns = JOB_COLUMNS,
+        heartbeat_age = super::age_seconds("heartbeat"),
+        due_age = super::age_seconds("execute_after"),
     )
 }
 
@@ -272,10 +274,11 @@ fn queue_select_holders(s: &Settings) -> String {
     let status = s.qualify(&s.queue_status_type);
     format!(
         "SELECT id, slot, queue_manager_id,
-       EXTRACT(EPOCH FROM now() - heartbeat)::float8 AS heartbeat_age
+       {heartbeat_age} AS heartbeat_age
   FROM {queue}
  WHERE entrypoint = $1::text AND status = 'picked'::{status}
- ORDER BY slot NULLS LAST, id LIMIT 1000"
+ ORDER BY slot NULLS LAST, id LIMIT 1000",
+        heartbeat_age = super::age_seconds("heartbeat"),
     )
 }
 

@@ -251,12 +251,12 @@ fn log_count_by_minute(s: &Settings) -> String {
     SELECT (EXTRACT(EPOCH FROM created)::bigint / 60) AS minute, status::text AS status,
            entrypoint, sum(count) AS n
       FROM {stats} st
-     WHERE {recent}
+     WHERE {recent} AND isfinite(created)
      GROUP BY 1, 2, 3
     UNION ALL
     SELECT (EXTRACT(EPOCH FROM created)::bigint / 60), status::text, entrypoint, count(*)
       FROM {log}
-     WHERE created >= {since} AND NOT aggregated
+     WHERE created >= {since} AND isfinite(created) AND NOT aggregated
      GROUP BY 1, 2, 3
 ) t
  GROUP BY minute, status, entrypoint"
@@ -273,7 +273,7 @@ fn log_select_durations(s: &Settings) -> String {
     SELECT entrypoint, status::text AS status, created,
            lag(status::text) OVER w AS before, lag(created) OVER w AS before_at
       FROM {log}
-     WHERE created > now() - $1::bigint * interval '1 microsecond'
+     WHERE created > now() - $1::bigint * interval '1 microsecond' AND isfinite(created)
        AND ($2::text IS NULL OR entrypoint = $2::text)
     WINDOW w AS (PARTITION BY job_id ORDER BY created, id)
 ), d AS (

@@ -276,3 +276,93 @@ fn listen_prints_each_event_as_it_arrives() {
     // Without --count, the timeout is a normal end.
     assert_eq!(pgq(&db, &["listen", "--timeout", "0.2"]).code, 0);
 }
+
+/// Rows whose times are infinite (another program may write `-infinity` or `infinity`
+/// into any timestamp column): `pgq backlog`, `pgq stale`, `pgq health`, `pgq explain`,
+/// `pgq job`, the dashboard's pages and `/metrics`, and the MCP tools `queue_age`,
+/// `stale_jobs` and `explain_job` answer, the
+/// ages infinite (or none), instead of failing with "cannot subtract infinite
+/// timestamps".
+#[test]
+fn infinite_times_read_as_infinitely_old_and_fail_nothing() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let ids: Vec<i64> = client
+        .query(
+            "INSERT INTO pgqueuer (priority, entrypoint, payload, status, created, execute_after) \
+             VALUES (0, 'inf', 'x', 'queued', '-infinity', '-infinity'), \
+                    (0, 'inf', 'x', 'queued', now(), 'infinity') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let picked: i64 = client
+        .query_one(
+            "INSERT INTO pgqueuer (priority, entrypoint, payload, status, heartbeat, \
+                                   queue_manager_id) \
+             VALUES (0, 'inf', 'x', 'picked', '-infinity', gen_random_uuid()) RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let backlog = pgq(&db, &["backlog"]).ok();
+    assert!(backlog.contains("inf"), "{backlog}");
+    let stale = pgq(&db, &["stale"]).ok();
+    assert!(stale.contains(&picked.to_string()), "{stale}");
+    let health = pgq(&db, &["health"]);
+    assert!(
+        !health.stderr.contains("infinite") && !health.stdout.contains("cannot"),
+        "{health:?}"
+    );
+    for id in ids.iter().chain([&picked]) {
+        let explained = pgq(&db, &["explain", &id.to_string()]);
+        assert!(
+            !explained.stderr.contains("infinite") && explained.code != 2,
+            "{explained:?}"
+        );
+        pgq(&db, &["job", &id.to_string()]).ok();
+    }
+    // Log rows of infinite times, as another program may write them.
+    client
+        .batch_execute(
+            "INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint, created) VALUES \
+             (1, 'picked', 0, 'inf', '-infinity'), (1, 'successful', 0, 'inf', 'infinity')",
+        )
+        .unwrap();
+    let web = crate::web::dashboard(&db, pgqueuer::web::WebOptions::default());
+    for path in [
+        "/".to_owned(),
+        "/entrypoints".to_owned(),
+        "/entrypoints/inf".to_owned(),
+        "/metrics".to_owned(),
+        format!("/jobs/{picked}"),
+        format!("/jobs/{}", ids[0]),
+    ] {
+        let answer = crate::web::get(web.addr(), &path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+    let server = pgqueuer::mcp::McpServer::new(db.pool(2));
+    let calls: String = [
+        ("queue_age", serde_json::json!({})),
+        ("stale_jobs", serde_json::json!({})),
+        ("explain_job", serde_json::json!({"job_id": picked})),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (name, args))| {
+        format!(
+            "{}\n",
+            serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                               "params": {"name": name, "arguments": args}})
+        )
+    })
+    .collect();
+    let mut out = Vec::new();
+    server.serve(std::io::Cursor::new(calls), &mut out).unwrap();
+    for line in String::from_utf8(out).unwrap().lines() {
+        let answer: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    }
+}
