@@ -301,7 +301,132 @@ fn check_identifier(setting: &'static str, value: &str, allow_empty: bool) -> Re
     if value.len() > 63 {
         return reject("longer than PostgreSQL's 63-byte identifier limit");
     }
+    if setting != "prefix" && is_reserved(value) {
+        return Err(Error::InvalidSetting {
+            setting,
+            value: value.to_owned(),
+            reason: format!(
+                "is a reserved SQL keyword, which PostgreSQL takes as a name only quoted, and \
+                 PgQueuer (like this crate) writes names unquoted: choose another, such as \
+                 {}_jobs",
+                value.to_ascii_lowercase()
+            ),
+        });
+    }
     Ok(())
+}
+
+/// PostgreSQL's reserved keywords (`pg_get_keywords()` categories `R` and `T`, as of
+/// PostgreSQL 15), sorted: none can be a table, schema, function or channel name
+/// unquoted.
+const RESERVED: [&str; 100] = [
+    "all",
+    "analyse",
+    "analyze",
+    "and",
+    "any",
+    "array",
+    "as",
+    "asc",
+    "asymmetric",
+    "authorization",
+    "binary",
+    "both",
+    "case",
+    "cast",
+    "check",
+    "collate",
+    "collation",
+    "column",
+    "concurrently",
+    "constraint",
+    "create",
+    "cross",
+    "current_catalog",
+    "current_date",
+    "current_role",
+    "current_schema",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "default",
+    "deferrable",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "false",
+    "fetch",
+    "for",
+    "foreign",
+    "freeze",
+    "from",
+    "full",
+    "grant",
+    "group",
+    "having",
+    "ilike",
+    "in",
+    "initially",
+    "inner",
+    "intersect",
+    "into",
+    "is",
+    "isnull",
+    "join",
+    "lateral",
+    "leading",
+    "left",
+    "like",
+    "limit",
+    "localtime",
+    "localtimestamp",
+    "natural",
+    "not",
+    "notnull",
+    "null",
+    "offset",
+    "on",
+    "only",
+    "or",
+    "order",
+    "outer",
+    "overlaps",
+    "placing",
+    "primary",
+    "references",
+    "returning",
+    "right",
+    "select",
+    "session_user",
+    "similar",
+    "some",
+    "symmetric",
+    "table",
+    "tablesample",
+    "then",
+    "to",
+    "trailing",
+    "true",
+    "union",
+    "unique",
+    "user",
+    "using",
+    "variadic",
+    "verbose",
+    "when",
+    "where",
+    "window",
+    "with",
+];
+
+/// Whether `name` is one of [`RESERVED`], in any case.
+pub(crate) fn is_reserved(name: &str) -> bool {
+    RESERVED
+        .binary_search(&name.to_ascii_lowercase().as_str())
+        .is_ok()
 }
 
 /// CRC-32 (IEEE 802.3, as zlib.crc32), bitwise; only used for a short name.
@@ -321,6 +446,32 @@ pub(crate) fn crc32(bytes: &[u8]) -> u32 {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn reserved_words_are_refused_as_names_in_any_case_but_not_as_a_prefix() {
+        assert!(
+            RESERVED.windows(2).all(|w| w[0] < w[1]),
+            "sorted for the search"
+        );
+        for (key, value) in [
+            ("PGQUEUER_QUEUE_TABLE", "order"),
+            ("PGQUEUER_QUEUE_TABLE", "Select"),
+            ("PGQUEUER_SCHEMA", "user"),
+            ("PGQUEUER_CHANNEL", "table"),
+        ] {
+            let e = Settings::from_lookup(env(&[(key, value)]))
+                .and_then(|s| s.validate().map(|()| s))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("reserved SQL keyword") && e.contains(value),
+                "{key}={value}: {e}"
+            );
+        }
+        assert!(!is_reserved("orders") && !is_reserved("pgqueuer") && !is_reserved("users"));
+        let prefixed = Settings::from_lookup(env(&[("PGQUEUER_PREFIX", "order")])).unwrap();
+        prefixed.validate().unwrap();
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs

@@ -57,5 +57,54 @@ fn bad_settings_are_rejected_before_any_sql() {
         from_env.map(drop),
         &["invalid setting queue_table"],
     );
+    // A reserved word is refused by name, `pgq upgrade` included, and the schema is
+    // left as it was; the list covers every reserved word of the server at hand.
+    let mut client = db.client();
+    let reserved: Vec<String> = client
+        .query(
+            "SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(reserved.len() >= 100);
+    for word in &reserved {
+        let settings = Settings {
+            queue_table: word.clone(),
+            ..Settings::default()
+        };
+        let e = Queue::with_settings(pool.clone(), &settings)
+            .map(drop)
+            .expect_err(word);
+        assert!(
+            e.to_string().contains("reserved SQL keyword"),
+            "{word}: {e}"
+        );
+    }
+    let tables = |c: &mut postgres::Client| -> i64 {
+        c.query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let before = tables(&mut client);
+    let out = std::process::Command::new(crate::harness::pgq_binary())
+        .args(["upgrade"])
+        .env("PGQUEUER_DSN", db.dsn())
+        .env("PGQUEUER_QUEUE_TABLE", "order")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("reserved SQL keyword") && !stderr.contains("syntax error"),
+        "{stderr}"
+    );
+    assert_eq!(tables(&mut client), before, "nothing was created");
+    tally.checks += 1;
     tally.finish("bad settings");
 }
