@@ -750,43 +750,120 @@ impl fmt::Debug for ConnectOptions {
     }
 }
 
-/// `dsn` with its password replaced by `***`, in either form: the URL's
-/// `user:password@` and any `password=` parameter or `key=value` pair.
+/// `dsn` with its secrets replaced by `***`, in either form libpq reads: the URL's
+/// `user:password@` and every `password` or `sslpassword` query parameter, its key
+/// percent-decoded (`pass%77ord`), or every such `key = value` pair, spaced and quoted
+/// as libpq allows. A connection string that does not read as either is not shown.
 pub(crate) fn redact_dsn(dsn: &str) -> String {
+    let secret = |key: &str| {
+        let key = key.to_ascii_lowercase();
+        key == "password" || key == "sslpassword"
+    };
+    let trimmed = dsn.trim_start();
+    if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+        return redact_url(dsn, &secret);
+    }
+    redact_pairs(dsn, &secret)
+        .unwrap_or_else(|| "*** (a connection string that does not parse; not shown)".into())
+}
+
+fn redact_url(dsn: &str, secret: &dyn Fn(&str) -> bool) -> String {
     let mut out = dsn.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let rest = scheme_end + 3;
-        let authority_end = out[rest..].find(['/', '?']).map_or(out.len(), |i| rest + i);
-        if let Some(at) = out[rest..authority_end].rfind('@') {
-            let userinfo = &out[rest..rest + at];
-            if let Some(colon) = userinfo.find(':') {
-                out.replace_range(rest + colon + 1..rest + at, "***");
+    let Some(scheme_end) = out.find("://") else {
+        return out;
+    };
+    let rest = scheme_end + 3;
+    let authority_end = out[rest..]
+        .find(['/', '?', '#'])
+        .map_or(out.len(), |i| rest + i);
+    if let Some(at) = out[rest..authority_end].rfind('@')
+        && let Some(colon) = out[rest..rest + at].find(':')
+    {
+        out.replace_range(rest + colon + 1..rest + at, "***");
+    }
+    let Some(query) = out.find('?') else {
+        return out;
+    };
+    let (head, tail) = out.split_at(query + 1);
+    let params: Vec<String> = tail
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((key, _)) if secret(&percent_decoded(key)) => format!("{key}=***"),
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{head}{}", params.join("&"))
+}
+
+/// `text` with `%XX` escapes decoded (bytes that are not UTF-8 replaced), as libpq reads
+/// a URL's keys.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// libpq's `key = value` form with secret values replaced, written back as `key=value`
+/// pairs; `None` where it does not read (a key without `=`, an unclosed quote).
+fn redact_pairs(dsn: &str, secret: &dyn Fn(&str) -> bool) -> Option<String> {
+    let mut chars = dsn.chars().peekable();
+    let mut pairs = Vec::new();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        chars.next_if_eq(&'=')?;
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next()? {
+                    '\\' => value.push(chars.next()?),
+                    '\'' => break,
+                    c => value.push(c),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.push(chars.next()?);
+                } else {
+                    value.push(c);
+                }
             }
         }
-    }
-    // `password=...` as a query parameter (up to `&`) or a key=value pair (up to a
-    // space, or a quoted value).
-    let mut searched = 0;
-    while let Some(found) = out[searched..].to_ascii_lowercase().find("password=") {
-        let start = searched + found + "password=".len();
-        let value = &out[start..];
-        let len = if let Some(quoted) = value.strip_prefix('\'') {
-            quoted
-                .char_indices()
-                .scan(false, |escaped, (i, c)| {
-                    let end = !*escaped && c == '\'';
-                    *escaped = !*escaped && c == '\\';
-                    Some((i, end))
-                })
-                .find(|(_, end)| *end)
-                .map_or(value.len(), |(i, _)| i + 2)
+        let shown = if secret(&key) {
+            "***".to_owned()
+        } else if value.is_empty() || value.contains([' ', '\'', '\\']) {
+            format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
         } else {
-            value.find(['&', ' ']).unwrap_or(value.len())
+            value
         };
-        out.replace_range(start..start + len, "***");
-        searched = start + 3;
+        pairs.push(format!("{key}={shown}"));
     }
-    out
+    Some(pairs.join(" "))
 }
 
 impl Default for ConnectOptions {
@@ -1157,6 +1234,26 @@ mod tests {
             (
                 "host=db password='s3 cr\\'3t' dbname=q",
                 "host=db password=*** dbname=q",
+            ),
+            (
+                "host=db password = s3cr3t dbname=q",
+                "host=db password=*** dbname=q",
+            ),
+            (
+                "host=db PASSWORD  =  's3cr3t' sslpassword=k3y",
+                "host=db PASSWORD=*** sslpassword=***",
+            ),
+            (
+                "postgres://app@db/q?pass%77ord=s3cr3t&sslpassword=k3y",
+                "postgres://app@db/q?pass%77ord=***&sslpassword=***",
+            ),
+            (
+                "postgresql://app:s3cr3t@db/q?PASSWORD=s3cr3t",
+                "postgresql://app:***@db/q?PASSWORD=***",
+            ),
+            (
+                "host=db password='unclosed s3cr3t",
+                "*** (a connection string that does not parse; not shown)",
             ),
             ("postgres://db/q", "postgres://db/q"),
         ] {

@@ -40,6 +40,7 @@ pub fn cron_expression(expression: &str, seconds: u64) {
 pub fn dsn(text: &str, env: &[(String, String)]) {
     let lookup = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
     let _ = crate::tls::split_dsn(text);
+    let redacted = crate::connect::redact_dsn(text);
     if let Ok(target) = crate::connect::resolve_target(text, &lookup, "fuzz") {
         let config = target.config();
         assert!(!config.get_hosts().is_empty(), "{text:?}: no host");
@@ -47,8 +48,17 @@ pub fn dsn(text: &str, env: &[(String, String)]) {
             config.get_tcp_user_timeout().is_some(),
             "{text:?}: no deadline"
         );
+        // A password the driver reads never shows, where it is written once, as is.
+        if let Some(password) = config.get_password().map(String::from_utf8_lossy)
+            && password.len() >= 6
+            && text.matches(&*password).count() == 1
+        {
+            assert!(
+                !redacted.contains(&*password),
+                "{text:?} shows its password: {redacted:?}"
+            );
+        }
     }
-    let _ = crate::connect::redact_dsn(text);
 }
 
 /// `PGQUEUER_*` variables: reading never panics, and settings that read validate (every
@@ -193,6 +203,25 @@ mod properties {
             ),
         ) {
             super::dsn(&dsn, &env);
+        }
+
+        #[test]
+        fn passwords_never_show_in_any_form_the_driver_reads(
+            password in "[A-Za-z0-9]{8,16}",
+            form in 0..6usize,
+            space in " {0,2}",
+        ) {
+            let dsn = match form {
+                0 => format!("host=db password{space}={space}{password} dbname=q"),
+                1 => format!("host=db password{space}={space}'{password}'"),
+                2 => format!("postgres://u:{password}@db/q"),
+                3 => format!("postgres://db/q?password={password}"),
+                4 => format!("postgres://db/q?pass%77ord={password}&sslmode=disable"),
+                _ => format!("host=db sslpassword={password}"),
+            };
+            let redacted = crate::connect::redact_dsn(&dsn);
+            prop_assert!(!redacted.contains(&password), "{} -> {}", dsn, redacted);
+            super::dsn(&dsn, &[]);
         }
 
         #[test]
