@@ -245,3 +245,131 @@ fn headers_nested_past_the_bound_are_refused_on_enqueue() {
     tally.ran(0, 0);
     tally.finish("headers too deep");
 }
+
+/// Valid JSON as another program may write it into `headers`, as text: any scalar,
+/// numbers beyond `f64` (`1e400`, 500 digits), strings of any Unicode, raw or escaped
+/// (surrogate pairs, `\u0000`, which jsonb refuses), nested up to 2,000 levels.
+fn any_json_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let number = prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| f.to_string()),
+        Just("1e400".to_owned()),
+        Just("-1E-400".to_owned()),
+        Just("-0".to_owned()),
+        (1usize..600).prop_map(|n| "9".repeat(n)),
+    ];
+    let character = prop_oneof![
+        any::<char>().prop_map(|c| match c {
+            '"' => "\\\"".to_owned(),
+            '\\' => "\\\\".to_owned(),
+            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32),
+            c => c.to_string(),
+        }),
+        any::<char>().prop_map(|c| {
+            let mut units = [0u16; 2];
+            c.encode_utf16(&mut units)
+                .iter()
+                .map(|u| format!("\\u{u:04X}"))
+                .collect::<String>()
+        }),
+        Just("\\u0000".to_owned()),
+        Just("\\ud83d\\ude00".to_owned()),
+    ];
+    let string =
+        proptest::collection::vec(character, 0..12).prop_map(|cs| format!("\"{}\"", cs.concat()));
+    let leaf = prop_oneof![
+        Just("null".to_owned()),
+        Just("true".to_owned()),
+        Just("false".to_owned()),
+        number,
+        string.clone(),
+    ];
+    let value = leaf.prop_recursive(3, 24, 4, move |inner| {
+        let key = string.clone();
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4)
+                .prop_map(|v| format!("[{}]", v.join(", "))),
+            proptest::collection::vec((key, inner), 0..4).prop_map(|kv| {
+                let pairs: Vec<String> = kv.into_iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                format!("{{{}}}", pairs.join(", "))
+            }),
+        ]
+    });
+    (value, 0usize..2000, any::<bool>()).prop_map(|(v, depth, objects)| {
+        if objects {
+            format!("{}{v}{}", "{\"k\": ".repeat(depth), "}".repeat(depth))
+        } else {
+            format!("{}{v}{}", "[".repeat(depth), "]".repeat(depth))
+        }
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 3, ..Default::default() })]
+
+    /// Arbitrary valid JSON written into `headers` through SQL, as psql or another
+    /// program writes it (what jsonb refuses, such as `\u0000`, is never a job): a worker
+    /// claiming them ten at a time on four threads ends every job exactly once, as
+    /// `successful`, and its handler reads each job's headers as PostgreSQL prints them.
+    #[test]
+    fn any_valid_jsonb_in_headers_ends_every_job_exactly_once(
+        texts in proptest::collection::vec(any_json_text(), 40..60),
+    ) {
+        let db = TestDb::new();
+        let mut client = db.client();
+        let mut stored: HashMap<JobId, Option<String>> = HashMap::new();
+        for text in &texts {
+            let inserted = client.query_one(
+                "INSERT INTO pgqueuer (priority, entrypoint, payload, headers, status) \
+                 VALUES (0, 'any', 'x', $1::text::jsonb, 'queued') \
+                 RETURNING id, headers::text",
+                &[text],
+            );
+            match inserted {
+                Ok(row) => {
+                    let printed: Option<String> = row.get(1);
+                    let seen = printed.filter(|t| t != "null");
+                    stored.insert(row.get(0), seen);
+                }
+                Err(e) => {
+                    // Only what jsonb itself refuses.
+                    let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
+                    proptest::prop_assert!(code.starts_with("22"), "{text}: {e:?}");
+                }
+            }
+        }
+        let ids: Vec<JobId> = stored.keys().copied().collect();
+        let seen: Arc<Mutex<HashMap<JobId, Vec<Option<String>>>>> = Arc::default();
+        let worker = {
+            let seen = seen.clone();
+            Worker::builder(db.pool(6))
+                .threads(4)
+                .batch_size(10)
+                .entrypoint("any", move |job, _ctx| {
+                    let text = job.headers.as_ref().map(|h| h.as_json().to_owned());
+                    seen.lock().unwrap().entry(job.id).or_default().push(text);
+                    Ok(())
+                })
+                .build()
+                .unwrap()
+        };
+        let stop = worker.shutdown_handle();
+        let running = worker.start().unwrap();
+        let waited = std::time::Instant::now();
+        while !unfinished(&mut client, &ids).is_empty() && waited.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.shutdown();
+        running.join().unwrap();
+        for (id, statuses) in terminal_rows(&mut client, &ids) {
+            proptest::prop_assert_eq!(statuses, vec!["successful".to_owned()], "job {}", id);
+        }
+        let seen = seen.lock().unwrap();
+        for (id, printed) in &stored {
+            proptest::prop_assert_eq!(seen.get(id).map(Vec::as_slice), Some(std::slice::from_ref(printed)), "job {}", id);
+        }
+    }
+}
