@@ -1,14 +1,19 @@
 //! Chaos soak: three worker processes whose handlers at random panic, fail with NUL bytes
-//! in their errors, ask for retries too long to store and overrun their timeouts, while
-//! the processes are stopped with SIGTERM (a 300 ms shutdown deadline, SIGKILL 1.5 s
-//! later if they have not exited) or SIGKILL and started again every one to three
-//! seconds. A producer keeps adding jobs. When the chaos ends, three calm workers drain
-//! what is left, and the run checks:
+//! in their errors, ask for retries too long to store and overrun their timeouts, each
+//! holding a connection of its worker's own pool while it runs, while the processes are
+//! stopped with SIGTERM (a 300 ms shutdown deadline, SIGKILL 1.5 s later if they have not
+//! exited) or SIGKILL and started again every one to three seconds. Between those, every
+//! backend of the database but the orchestrator's is terminated now and then, and a storm
+//! of forged notifications (insert events and payloads that do not parse) is sent. A
+//! producer keeps adding jobs, some with headers serde_json cannot hold (a 401-digit
+//! number, arrays nested 300 deep) written by SQL. When the chaos ends, three calm
+//! workers drain what is left, and the run checks:
 //!
 //! - every job enqueued has exactly one terminal log row (`successful`, `exception` or
 //!   `failed`), and none is left `queued` or `picked`;
 //! - the handler sweep (each run's start and end on the database clock, a killed run
-//!   ending when its process died) never shows more than the limit of 2 at once;
+//!   ending when its process died) never shows more than the limit of 2 at once, nor
+//!   two runs of one job at once;
 //! - no finished run waited more than 5 s for its outcome to be written, unless its
 //!   process was killed first.
 //!
@@ -31,6 +36,10 @@ use pgqueuer::{Entrypoint, NewJob, OnFailure, Queue, Retry, RetryPolicy, Worker}
 #[path = "support/common.rs"]
 #[allow(dead_code)] // shared with the other benchmarks
 mod common;
+
+/// The `application_name` of the orchestrator's own connections, which the backend kills
+/// spare.
+const ORCHESTRATOR: &str = "chaos-orchestrator";
 
 /// The concurrency limit of the `limited` entrypoint, which the sweep checks.
 const LIMIT: u32 = 2;
@@ -89,6 +98,7 @@ fn worker(dsn: &str, seed: u64) -> Result<(), pgqueuer::Error> {
         ..pgqueuer::ConnectOptions::default()
     };
     let pool = pgqueuer::connect_with(dsn, &options)?;
+    let handlers_pool = pool.clone();
     let record = pgqueuer::connect_with(
         dsn,
         &pgqueuer::ConnectOptions {
@@ -104,6 +114,7 @@ fn worker(dsn: &str, seed: u64) -> Result<(), pgqueuer::Error> {
         .shutdown_deadline(Duration::from_millis(300));
     for (name, limit, timeout_ms, hold) in ENTRYPOINTS {
         let record = record.clone();
+        let handlers_pool = handlers_pool.clone();
         let options = Entrypoint::new(name)
             .concurrency_limit(limit)
             .timeout(Duration::from_millis(timeout_ms))
@@ -118,6 +129,10 @@ fn worker(dsn: &str, seed: u64) -> Result<(), pgqueuer::Error> {
                 Duration::from_millis(50),
             ));
         builder = builder.entrypoint(options, move |job, ctx| {
+            // As a handler that queries the database does: one of the worker's own pool
+            // connections, held while it runs (heartbeats and outcomes must not wait
+            // behind it).
+            let _held = handlers_pool.get_timeout(Duration::from_millis(500)).ok();
             let started = record_start(&record, job);
             let roll = mix(seed, job.id, job.attempts) % 100;
             let end = |record: &pgqueuer::Pool| record_end(record, started);
@@ -168,27 +183,90 @@ fn worker(dsn: &str, seed: u64) -> Result<(), pgqueuer::Error> {
 
 /// Records a run's start on the database clock; `None` when the database cannot be
 /// reached (the run then goes unrecorded, which only weakens the sweep).
+/// Backends are terminated now and then: a record is tried a few times, each on a
+/// connection the pool has checked (a terminated one fails its check and is replaced),
+/// under a key of the run's own, so that a retried insert whose first commit's answer
+/// was lost records the run once.
 fn record_start(record: &pgqueuer::Pool, job: &pgqueuer::Job) -> Option<i64> {
     let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    let mut conn = record.get().ok()?;
-    let row = conn
-        .query_one(
-            "INSERT INTO chaos_runs (job_id, entrypoint, pid, started) \
-             VALUES ($1, $2, $3, clock_timestamp()) RETURNING id",
-            &[&job.id, &job.entrypoint, &pid],
+    let key = i64::from_ne_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().ok()?);
+    (0..5).find_map(|_| {
+        let mut conn = record.get().ok()?;
+        conn.execute(
+            "INSERT INTO chaos_runs (key, job_id, entrypoint, pid, started) \
+             VALUES ($1, $2, $3, $4, clock_timestamp()) ON CONFLICT (key) DO NOTHING",
+            &[&key, &job.id, &job.entrypoint, &pid],
         )
-        .ok()?;
-    Some(row.get(0))
+        .ok()
+        .map(|_| key)
+    })
 }
 
 fn record_end(record: &pgqueuer::Pool, run: Option<i64>) {
-    let Some(run) = run else { return };
-    if let Ok(mut conn) = record.get() {
-        let _ = conn.execute(
-            "UPDATE chaos_runs SET finished = clock_timestamp() WHERE id = $1 AND finished IS NULL",
-            &[&run],
-        );
+    let Some(key) = run else { return };
+    for _ in 0..5 {
+        if let Ok(mut conn) = record.get()
+            && conn
+                .execute(
+                    "UPDATE chaos_runs SET finished = clock_timestamp() WHERE key = $1 AND finished IS NULL",
+                    &[&key],
+                )
+                .is_ok()
+        {
+            return;
+        }
     }
+}
+
+/// One round of the producer: 30 jobs over the entrypoints, and every fifth round two
+/// with headers serde_json cannot hold, written by SQL as another program would; each
+/// recorded in `chaos_jobs` in the same transaction. Returns how many.
+fn produce(
+    pool: &pgqueuer::Pool,
+    queue: &Queue,
+    enqueued: usize,
+    round: usize,
+) -> Result<usize, String> {
+    let mut conn = pool.get().map_err(|e| e.to_string())?;
+    // Two slots under chaos run fewer jobs than a third of the trickle, so the limited
+    // entrypoint gets jobs only while its backlog is short: a long soak then ends with a
+    // backlog the calm drain can finish.
+    let limited_backlog: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'limited' AND status = 'queued'",
+            &[],
+        )
+        .map_err(|e| format!("{e:?}"))?
+        .get(0);
+    let names: Vec<&str> = ENTRYPOINTS
+        .iter()
+        .filter(|(_, limit, _, _)| *limit == 0 || limited_backlog < LIMITED_BACKLOG)
+        .map(|(name, _, _, _)| *name)
+        .collect();
+    let jobs: Vec<NewJob> = (0..30)
+        .map(|i| NewJob::new(names[(enqueued + i) % names.len()], Vec::new()))
+        .collect();
+    let mut tx = conn.transaction().map_err(|e| format!("{e:?}"))?;
+    let mut ids = queue.on(&mut tx).enqueue_many(&jobs).map_err(|e| e.to_string())?;
+    if round % 5 == 0 {
+        let poison: Vec<i64> = tx
+            .query(
+                "INSERT INTO pgqueuer (priority, entrypoint, payload, headers, status)                  VALUES (0, 'free', NULL, '{\"n\": 1e400}', 'queued'),                         (0, 'held', NULL, (repeat('[', 300) || repeat(']', 300))::jsonb, 'queued')                  RETURNING id",
+                &[],
+            )
+            .map_err(|e| format!("{e:?}"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        ids.extend(poison);
+    }
+    tx.execute(
+        "INSERT INTO chaos_jobs SELECT unnest($1::bigint[])",
+        &[&ids],
+    )
+    .map_err(|e| format!("{e:?}"))?;
+    tx.commit().map_err(|e| format!("{e:?}"))?;
+    Ok(ids.len())
 }
 
 /// A worker process under the orchestrator's control.
@@ -204,9 +282,49 @@ struct Chaos {
     terms: usize,
     kills: usize,
     starts: usize,
+    /// Backends terminated (every one of the database but the orchestrator's).
+    backends_killed: usize,
+    /// Forged notifications sent.
+    forged: usize,
 }
 
 impl Chaos {
+    /// Terminates every backend of the database but the orchestrator's own (its
+    /// `application_name`): the workers' pools, listeners, heartbeats and outcome
+    /// writers, the handlers' records, the producer.
+    fn kill_backends(&mut self) {
+        match self.client.query(
+            "WITH t AS MATERIALIZED (SELECT pid FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name <> $1) \
+             SELECT pid FROM t WHERE pg_terminate_backend(pid)",
+            &[&ORCHESTRATOR],
+        ) {
+            Ok(rows) => self.backends_killed += rows.len(),
+            Err(e) => eprintln!("chaos: terminating backends failed: {e:?}"),
+        }
+    }
+
+    /// A storm of forged notifications: insert events, as any role may send them, and
+    /// as many payloads that do not parse.
+    fn forge_notifications(&mut self, n: usize) {
+        for i in 0..n {
+            let insert = format!(
+                "{{\"channel\" : \"ch_pgqueuer\", \"operation\" : \"insert\", \
+                 \"sent_at\" : \"2026-01-01T00:00:00.{i:06}+00:00\", \
+                 \"table\" : \"pgqueuer\", \"type\" : \"table_changed_event\"}}"
+            );
+            for payload in [insert, format!("forged {i}")] {
+                if self
+                    .client
+                    .execute("SELECT pg_notify('ch_pgqueuer', $1)", &[&payload])
+                    .is_ok()
+                {
+                    self.forged += 1;
+                }
+            }
+        }
+    }
+
     fn spawn(&mut self) -> Process {
         self.seed += 1;
         self.starts += 1;
@@ -298,11 +416,14 @@ fn orchestrate(chaos_for: Duration) -> Result<bool, String> {
 
 fn run(dsn: &str, config: &Config, chaos_for: Duration) -> Result<bool, String> {
     let db_error = |e: pgqueuer::postgres::Error| format!("{e:?}");
+    let mut config = config.clone();
+    config.application_name(ORCHESTRATOR);
+    let config = &config;
     let mut client = config.connect(NoTls).map_err(db_error)?;
     pgqueuer::upgrade(&mut client).map_err(|e| e.to_string())?;
     client
         .batch_execute(
-            "CREATE TABLE chaos_runs (id bigserial PRIMARY KEY, job_id bigint NOT NULL,
+            "CREATE TABLE chaos_runs (id bigserial PRIMARY KEY, key bigint UNIQUE, job_id bigint NOT NULL,
                  entrypoint text NOT NULL, pid int NOT NULL, started timestamptz NOT NULL, finished timestamptz);
              CREATE TABLE chaos_exits (pid int NOT NULL, died timestamptz NOT NULL, how text NOT NULL);
              CREATE TABLE chaos_jobs (id bigint PRIMARY KEY);",
@@ -326,33 +447,16 @@ fn run(dsn: &str, config: &Config, chaos_for: Duration) -> Result<bool, String> 
         let (queue, producing, pool) = (queue.clone(), producing.clone(), pool.clone());
         std::thread::spawn(move || -> Result<usize, String> {
             let mut enqueued = 0usize;
-            let mut conn = pool.get().map_err(|e| e.to_string())?;
+            let mut round = 0usize;
             while producing.load(Ordering::SeqCst) {
-                // Two slots under chaos run fewer jobs than a third of the trickle, so
-                // the limited entrypoint gets jobs only while its backlog is short: a
-                // long soak then ends with a backlog the calm drain can finish.
-                let limited_backlog: i64 = conn
-                    .query_one(
-                        "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'limited' AND status = 'queued'",
-                        &[],
-                    )
-                    .map_err(|e| format!("{e:?}"))?
-                    .get(0);
-                let names: Vec<&str> = ENTRYPOINTS
-                    .iter()
-                    .filter(|(_, limit, _, _)| *limit == 0 || limited_backlog < LIMITED_BACKLOG)
-                    .map(|(name, _, _, _)| *name)
-                    .collect();
-                let jobs: Vec<NewJob> = (0..30)
-                    .map(|i| NewJob::new(names[(enqueued + i) % names.len()], Vec::new()))
-                    .collect();
-                let ids = queue.enqueue_many(&jobs).map_err(|e| e.to_string())?;
-                conn.execute(
-                    "INSERT INTO chaos_jobs SELECT unnest($1::bigint[])",
-                    &[&ids],
-                )
-                .map_err(|e| format!("{e:?}"))?;
-                enqueued += ids.len();
+                round += 1;
+                // Backends are terminated now and then: a round that fails is tried again
+                // (an enqueue whose commit's answer was lost may then add its jobs twice;
+                // only the recorded ids count).
+                match produce(&pool, &queue, enqueued, round) {
+                    Ok(n) => enqueued += n,
+                    Err(e) => eprintln!("chaos producer: {e} (trying again)"),
+                }
                 std::thread::sleep(Duration::from_millis(400));
             }
             Ok(enqueued)
@@ -365,6 +469,8 @@ fn run(dsn: &str, config: &Config, chaos_for: Duration) -> Result<bool, String> 
         terms: 0,
         kills: 0,
         starts: 0,
+        backends_killed: 0,
+        forged: 0,
     };
     let mut procs: Vec<Option<Process>> = (0..PROCESSES).map(|_| Some(chaos.spawn())).collect();
     let began = Instant::now();
@@ -388,13 +494,21 @@ fn run(dsn: &str, config: &Config, chaos_for: Duration) -> Result<bool, String> 
                 *p = Some(chaos.spawn());
             }
         }
+        match mix(chaos.seed, tick, 3) % 4 {
+            0 => chaos.kill_backends(),
+            1 => chaos.forge_notifications(300),
+            _ => {}
+        }
         if began.elapsed() >= next_report {
             println!(
-                "  {:>4.0} s: {} starts, {} SIGTERM, {} SIGKILL",
+                "  {:>4.0} s: {} starts, {} SIGTERM, {} SIGKILL, {} backends terminated, \
+                 {} forged notifications",
                 began.elapsed().as_secs_f64(),
                 chaos.starts,
                 chaos.terms,
-                chaos.kills
+                chaos.kills,
+                chaos.backends_killed,
+                chaos.forged
             );
             next_report += Duration::from_secs(10);
         }
@@ -470,6 +584,20 @@ fn check(client: &mut Client, enqueued: usize, left: i64, chaos: &Chaos) -> Resu
          ), events AS (SELECT t0 AS t, 1 AS d FROM runs UNION ALL SELECT t1, -1 FROM runs)
          SELECT coalesce(max(n), 0)::bigint FROM (SELECT sum(d) OVER (ORDER BY t, d) AS n FROM events) s",
     )?;
+    // Two runs of one job at once (each ending when it finished, or when its process
+    // died): a live worker's job re-picked while it ran.
+    let overlaps = one(
+        client,
+        "WITH runs AS (
+             SELECT r.id, r.job_id, r.started AS t0,
+                    coalesce(r.finished, (SELECT min(e.died) FROM chaos_exits e
+                                           WHERE e.pid = r.pid AND e.died >= r.started),
+                             'infinity') AS t1
+               FROM chaos_runs r
+         )
+         SELECT count(*) FROM runs a JOIN runs b
+             ON a.job_id = b.job_id AND a.id < b.id AND a.t0 < b.t1 AND b.t0 < a.t1",
+    )?;
     // Finished runs whose outcome took more than the bound, their process alive.
     let slow_writes = one(
         client,
@@ -516,6 +644,11 @@ fn check(client: &mut Client, enqueued: usize, left: i64, chaos: &Chaos) -> Resu
     println!("| jobs gone without a terminal row | {gone_without} | 0 |");
     println!("| jobs left queued or picked | {left} | 0 |");
     println!("| most `limited` handlers at once | {peak} | {LIMIT} |");
+    println!("| runs of one job overlapping | {overlaps} | 0 |");
+    println!(
+        "| backends terminated / forged notifications | {} / {} | - |",
+        chaos.backends_killed, chaos.forged
+    );
     println!(
         "| finished runs unwritten after {} s (process alive) | {slow_writes} | 0 |",
         WRITE_BOUND.as_secs()
@@ -526,6 +659,7 @@ fn check(client: &mut Client, enqueued: usize, left: i64, chaos: &Chaos) -> Resu
         && gone_without == 0
         && left == 0
         && peak <= i64::from(LIMIT)
+        && overlaps == 0
         && slow_writes == 0;
     println!(
         "{}",
