@@ -247,7 +247,10 @@ fn produce(
         .map(|i| NewJob::new(names[(enqueued + i) % names.len()], Vec::new()))
         .collect();
     let mut tx = conn.transaction().map_err(|e| format!("{e:?}"))?;
-    let mut ids = queue.on(&mut tx).enqueue_many(&jobs).map_err(|e| e.to_string())?;
+    let mut ids = queue
+        .on(&mut tx)
+        .enqueue_many(&jobs)
+        .map_err(|e| e.to_string())?;
     if round % 5 == 0 {
         let poison: Vec<i64> = tx
             .query(

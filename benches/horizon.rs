@@ -80,7 +80,10 @@ impl Options {
             rate_limit,
             deferred: common::env_or("PGQ_HORIZON_DEFERRED", 0),
             kill: common::env_or("PGQ_HORIZON_KILL", 0) == 1,
-            explain: common::env_or("PGQ_HORIZON_EXPLAIN", 0) == 1,
+            explain: matches!(
+                std::env::var("PGQ_HORIZON_EXPLAIN").as_deref(),
+                Ok("1" | "full")
+            ),
         })
     }
 }
@@ -226,16 +229,22 @@ fn measure(o: &Options, dsn: &str, config: &Config) -> Result<bool, String> {
         for chunk in later.chunks(5_000) {
             queue.enqueue_many(chunk).map_err(|e| e.to_string())?;
         }
-        client
-            .batch_execute("ANALYZE pgqueuer")
-            .map_err(db)?;
+        client.batch_execute("ANALYZE pgqueuer").map_err(db)?;
     }
     let total = o.hold_at + o.hold_for + o.after;
     println!(
         "horizon: {} jobs/s offered in batches of {}, {} threads, {:?} handlers, limit {}, \
          rate {:?}, {} deferred; snapshot held from {:?} for {:?}, {:?} in all",
-        o.rate, o.batch, o.threads, o.handler, o.limit, o.rate_limit, o.deferred, o.hold_at,
-        o.hold_for, total
+        o.rate,
+        o.batch,
+        o.threads,
+        o.handler,
+        o.limit,
+        o.rate_limit,
+        o.deferred,
+        o.hold_at,
+        o.hold_for,
+        total
     );
     let recorder = Arc::new(Recorder {
         started: Instant::now(),
@@ -246,21 +255,20 @@ fn measure(o: &Options, dsn: &str, config: &Config) -> Result<bool, String> {
     });
     let worker = {
         let (recorder, handler) = (recorder.clone(), o.handler);
-        Worker::builder(pgqueuer::connect_with(
-            dsn,
-            &pgqueuer::ConnectOptions {
-                max_size: 4,
-                ..pgqueuer::ConnectOptions::default()
-            },
+        Worker::builder(
+            pgqueuer::connect_with(
+                dsn,
+                &pgqueuer::ConnectOptions {
+                    max_size: 4,
+                    ..pgqueuer::ConnectOptions::default()
+                },
+            )
+            .map_err(|e| e.to_string())?,
         )
-        .map_err(|e| e.to_string())?)
         .threads(o.threads)
         .heartbeat_timeout(Duration::from_secs(5))
         .entrypoint(entrypoint(o), move |job, _ctx| {
-            let sent: i64 = job
-                .payload_str()
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
+            let sent: i64 = job.payload_str().and_then(|p| p.parse().ok()).unwrap_or(0);
             let running = recorder.running.fetch_add(1, Ordering::SeqCst) + 1;
             let wait = (now_us() - sent) as f64 / 1000.0;
             recorder.with(|w| {
@@ -466,7 +474,10 @@ fn explain(client: &mut Client, o: &Options) -> Vec<String> {
             o.limit
         )
     } else {
-        format!("10, '{{{ENTRYPOINT}}}', '{}', 30000000", claimer.worker_id())
+        format!(
+            "10, '{{{ENTRYPOINT}}}', '{}', 30000000",
+            claimer.worker_id()
+        )
     };
     // The worker's own session settings (`Conn::plan_with_indexes`), so that the plans are
     // the ones its claims get.
@@ -489,10 +500,15 @@ fn explain(client: &mut Client, o: &Options) -> Vec<String> {
                 .cloned()
                 .unwrap_or_default();
             out.push(format!("{label}: {time}; {}", buffers.trim()));
+            if std::env::var("PGQ_HORIZON_EXPLAIN").as_deref() == Ok("full") {
+                out.extend(lines);
+            }
         }
         Err(e) => out.push(format!("{label}: {e:?}")),
     };
     let claim = (|| {
+        // PREPARE is not undone by a rollback.
+        client.batch_execute("DEALLOCATE ALL")?;
         let mut tx = client.transaction()?;
         tx.batch_execute(&format!("PREPARE horizon_claim AS {sql}"))?;
         let rows = tx.query(

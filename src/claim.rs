@@ -89,6 +89,64 @@ pub enum LostRace {
     Contended,
 }
 
+/// Where a claim lane left off in each entrypoint (see `sql::claim::Tail`): the priority
+/// and id of the last fresh job it took there. A claim reads each entrypoint from its
+/// floor; one without a floor (or with no floors at all: a sweep) reads from the top.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Floors(std::collections::HashMap<String, (i32, JobId)>);
+
+impl Floors {
+    /// The floor of `entrypoint`, if any.
+    pub(crate) fn get(&self, entrypoint: &str) -> Option<(i32, JobId)> {
+        self.0.get(entrypoint).copied()
+    }
+
+    /// Sets the floor of `entrypoint`. A floor at the highest priority is not kept: the
+    /// part of a claim above it could not be written.
+    pub(crate) fn set(&mut self, entrypoint: &str, level: i32, id: JobId) {
+        if level == i32::MAX {
+            self.0.remove(entrypoint);
+            return;
+        }
+        match self.0.get_mut(entrypoint) {
+            Some(floor) => *floor = (level, id),
+            None => {
+                self.0.insert(entrypoint.to_owned(), (level, id));
+            }
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Moves each entrypoint's floor to the last job `jobs` took there (a claim's jobs,
+    /// in claim order, every one fresh: a claim that looked for stale jobs, which may sit
+    /// anywhere in that order, moves no floor); an entrypoint it took nothing of keeps its
+    /// floor.
+    pub(crate) fn advance(&mut self, jobs: &[Job]) {
+        for job in jobs {
+            self.set(&job.entrypoint, job.priority, job.id);
+        }
+    }
+}
+
+/// How a claim reads: from the lane's floors or from the top, and whether it looks for
+/// stale jobs (see `sql::claim::Tail`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading<'a> {
+    pub(crate) floors: Option<&'a Floors>,
+    pub(crate) stale: bool,
+}
+
+impl Reading<'_> {
+    /// From the top, stale jobs included: what every public claim does.
+    pub(crate) const WHOLE: Reading<'static> = Reading {
+        floors: None,
+        stale: true,
+    };
+}
+
 /// See [`Claimer::next_wake`]: how long until each may be claimed (zero: now).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct NextWake {
@@ -173,6 +231,7 @@ pub(crate) struct Statements {
     pub(crate) retry: String,
     pub(crate) release: String,
     pub(crate) next_due: String,
+    pub(crate) next_due_recent: String,
     pub(crate) any_queued: String,
     pub(crate) slots_in_use: String,
     pub(crate) owned: String,
@@ -198,6 +257,7 @@ impl Statements {
             retry: sql::queue_retry(settings),
             release: sql::queue_release_many(settings),
             next_due: sql::queue_next_due(settings),
+            next_due_recent: sql::queue_next_due_recent(settings),
             any_queued: sql::queue_any_queued(settings),
             slots_in_use: sql::queue_slots_in_use(settings),
             owned: sql::queue_owned(settings),
@@ -443,7 +503,7 @@ impl Claimer {
     /// [`Error::InvalidInput`] for a zero `batch_size`; [`Error::Db`] for any database
     /// error other than a lost slot race or deadlock (which give an empty [`Claim`]).
     pub fn claim(&self, conn: &mut Conn, batch_size: usize) -> Result<Claim> {
-        self.claim_from(conn, &[], batch_size, 0.0, false, true)
+        self.claim_from(conn, &[], batch_size, 0.0, false, true, Reading::WHOLE)
     }
 
     /// Ends claimed jobs and claims up to `batch_size` more, in one statement and one
@@ -463,7 +523,7 @@ impl Claimer {
         outcomes: &[Outcome],
         batch_size: usize,
     ) -> Result<Claim> {
-        self.claim_from(conn, outcomes, batch_size, 0.0, false, true)
+        self.claim_from(conn, outcomes, batch_size, 0.0, false, true, Reading::WHOLE)
     }
 
     /// [`Claimer::complete_and_claim`] (or, without outcomes, [`Claimer::claim`]) whose
@@ -474,6 +534,10 @@ impl Claimer {
     /// so that those claims take different jobs too. A relaxed claim without rate limits
     /// counts the slots in use only when `count` says so
     /// ([`sql::claim::relaxed_uncounted_claim`] otherwise); every other claim counts them.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the worker's one way in; each is a plain value"
+    )]
     pub(crate) fn claim_from(
         &self,
         conn: &mut Conn,
@@ -482,6 +546,7 @@ impl Claimer {
         shift: f64,
         relaxed: bool,
         count: bool,
+        reading: Reading<'_>,
     ) -> Result<Claim> {
         let shift = if (0.0..1.0).contains(&shift) {
             shift
@@ -489,12 +554,12 @@ impl Claimer {
             0.0
         };
         if outcomes.is_empty() {
-            return self.run_claim(batch_size, None, shift, |params| {
+            return self.run_claim(batch_size, None, shift, reading, |params| {
                 conn.query_cached(self.statement(false, relaxed, count), params)
             });
         }
         let ending = Ending::new(outcomes)?;
-        self.run_claim(batch_size, Some(&ending), shift, |params| {
+        self.run_claim(batch_size, Some(&ending), shift, reading, |params| {
             conn.query_cached(self.statement(true, relaxed, count), params)
         })
     }
@@ -506,7 +571,7 @@ impl Claimer {
     /// # Errors
     /// As [`Claimer::claim`].
     pub fn claim_in(&self, client: &mut impl GenericClient, batch_size: usize) -> Result<Claim> {
-        self.run_claim(batch_size, None, 0.0, |params| {
+        self.run_claim(batch_size, None, 0.0, Reading::WHOLE, |params| {
             let values: Vec<&(dyn postgres::types::ToSql + Sync)> =
                 params.iter().map(|(v, _)| *v).collect();
             Ok(client.query(self.claim_sql(), &values)?)
@@ -520,6 +585,7 @@ impl Claimer {
         batch_size: usize,
         ending: Option<&Ending>,
         shift: f64,
+        reading: Reading<'_>,
         query: impl FnOnce(&[Param<'_>]) -> Result<Vec<postgres::Row>>,
     ) -> Result<Claim> {
         let batch = i32::try_from(batch_size)
@@ -567,6 +633,18 @@ impl Claimer {
                 (&self.plenty_at, Type::INT8),
             ]);
         }
+        // Each entrypoint's floor, aligned with the names (NULL: from the top).
+        let floor = |name: &String| reading.floors.and_then(|f| f.get(name));
+        let levels: Vec<Option<i32>> = self.names.iter().map(|n| floor(n).map(|f| f.0)).collect();
+        let ids: Vec<Option<JobId>> = self.names.iter().map(|n| floor(n).map(|f| f.1)).collect();
+        params.extend([
+            (
+                &levels as &(dyn postgres::types::ToSql + Sync),
+                Type::INT4_ARRAY,
+            ),
+            (&ids, Type::INT8_ARRAY),
+            (&reading.stale, Type::BOOL),
+        ]);
         match query(&params) {
             Ok(rows) => Ok(self.read_claim(&rows, ending.is_some())),
             Err(Error::Db(e)) => match sqlstate::classify(&e, &self.statements.slot_index) {
@@ -1367,6 +1445,22 @@ impl Claimer {
         Ok(NextWake {
             queued: until("queued_us")?,
             stale: until("stale_us")?,
+        })
+    }
+
+    /// [`Claimer::next_wake`] without what walks the entries of jobs run long ago (see
+    /// `sql::claim::queue_next_due_recent`): when a job due in the last second or later is
+    /// next due, and no stale look (the worker's lanes look for stale jobs on a schedule
+    /// of their own, `worker::floors`).
+    pub(crate) fn next_wake_recent(&self, conn: &mut Conn) -> Result<NextWake> {
+        let row = conn.query_one_cached(
+            &self.statements.next_due_recent,
+            &[(&self.names, Type::TEXT_ARRAY)],
+        )?;
+        let us: Option<i64> = row.try_get("queued_us")?;
+        Ok(NextWake {
+            queued: us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))),
+            stale: None,
         })
     }
 }

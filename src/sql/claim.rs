@@ -154,6 +154,12 @@ pub(crate) fn queue_claim(
     let queue = s.qualify(&s.queue_table);
     let log = s.qualify(&s.queue_table_log);
     let budget_param = if capacity_gated { "$7" } else { "$5" };
+    let tail = Tail::at(
+        5 + 2 * usize::from(capacity_gated)
+            + usize::from(budget_gated)
+            + 3 * usize::from(ending)
+            + 5 * usize::from(rated),
+    );
     // Rows this statement ends are no longer held, for the slot and budget counts.
     let (mut ctes, not_ended) = ending_prelude(
         s,
@@ -194,10 +200,15 @@ pub(crate) fn queue_claim(
     if capacity_gated {
         ctes.push(format!(
             "unlimited_claims AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
-             CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-             WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
-             ORDER BY priority DESC, id ASC LIMIT $1::int FOR UPDATE SKIP LOCKED\n    ) c\n    \
-             WHERE a.remaining IS NULL{budget_ok}\n)"
+             {floor}\n    CROSS JOIN LATERAL (\n        {rows}\n    ) c\n    \
+             WHERE a.remaining IS NULL{budget_ok}\n)",
+            floor = tail.floor_join(),
+            rows = from_floor(
+                &queue,
+                "ctid AS tid, id, priority, entrypoint",
+                "$1::int",
+                " FOR UPDATE SKIP LOCKED"
+            ),
         ));
         if gating == Gating::Relaxed {
             // Relaxed: the window is locked as it is read, skipping rows another claim
@@ -205,11 +216,15 @@ pub(crate) fn queue_claim(
             // lock itself, so every row of the window is a claim.
             ctes.push(format!(
                 "limited_window AS (\n    SELECT w.tid, w.id, w.priority, w.entrypoint FROM available a\n    \
-                 CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-                 WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
-                 ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n        \
-                 FOR UPDATE SKIP LOCKED\n    ) w\n    \
-                 WHERE a.remaining IS NOT NULL{budget_ok}\n)"
+                 {floor}\n    CROSS JOIN LATERAL (\n        {rows}\n    ) w\n    \
+                 WHERE a.remaining IS NOT NULL{budget_ok}\n)",
+                floor = tail.floor_join(),
+                rows = from_floor(
+                    &queue,
+                    "ctid AS tid, id, priority, entrypoint",
+                    "LEAST($1::int, a.remaining)",
+                    " FOR UPDATE SKIP LOCKED"
+                ),
             ));
             ctes.push(
                 "limited_attempts AS (\n    SELECT id AS window_id, tid, id, priority, entrypoint FROM limited_window\n)"
@@ -220,10 +235,10 @@ pub(crate) fn queue_claim(
             // LOCKED cannot slide past rows another worker is claiming right now.
             ctes.push(format!(
                 "limited_window AS (\n    SELECT w.id FROM available a\n    \
-                 CROSS JOIN LATERAL (\n        SELECT id FROM {queue}\n        \
-                 WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
-                 ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, a.remaining)\n    ) w\n    \
-                 WHERE a.remaining IS NOT NULL{budget_ok}\n)"
+                 {floor}\n    CROSS JOIN LATERAL (\n        {rows}\n    ) w\n    \
+                 WHERE a.remaining IS NOT NULL{budget_ok}\n)",
+                floor = tail.floor_join(),
+                rows = from_floor(&queue, "id, priority", "LEAST($1::int, a.remaining)", ""),
             ));
             // Windowed candidates that could not be locked (another claim holds or took
             // them) are kept with a NULL id, so the statement can report contention. Each
@@ -248,9 +263,9 @@ pub(crate) fn queue_claim(
                 .into(),
         );
     } else {
-        ctes.push(next_queued_cte(&queue, "", "$1::int", &budget_ok));
+        ctes.push(next_queued_cte(&queue, tail, "$1::int", &budget_ok));
     }
-    ctes.push(next_stale_cte(&queue, &budget_ok));
+    ctes.push(next_stale_cte(&queue, tail, &budget_ok));
     let eligible_limit = eligible_limit(budget_gated);
     if rated {
         // A stale re-pick starts its job again: it spends a unit like a fresh claim, so
@@ -426,6 +441,7 @@ pub(crate) fn relaxed_claim(s: &Settings, budget_gated: bool, ending: bool) -> S
     ctes.extend(capacity_ctes(&queue, not_ended));
     relaxed_tail(
         s,
+        Tail::at(7 + usize::from(budget_gated) + 3 * usize::from(ending)),
         ctes,
         not_ended,
         budget_gated,
@@ -452,6 +468,7 @@ pub(crate) fn relaxed_uncounted_claim(s: &Settings, budget_gated: bool, ending: 
     ctes.push("available AS (\n    SELECT UNNEST($2::text[]) AS entrypoint\n)".into());
     relaxed_tail(
         s,
+        Tail::at(7 + usize::from(budget_gated) + 3 * usize::from(ending)),
         ctes,
         not_ended,
         budget_gated,
@@ -475,6 +492,7 @@ pub(crate) fn relaxed_uncounted_claim(s: &Settings, budget_gated: bool, ending: 
 /// (docs/benchmarks.md).
 fn relaxed_tail(
     s: &Settings,
+    tail: Tail,
     mut ctes: Vec<String>,
     not_ended: &str,
     budget_gated: bool,
@@ -489,8 +507,8 @@ fn relaxed_tail(
     if budget_gated {
         ctes.push(worker_load_cte(&queue, budget_param, not_ended));
     }
-    ctes.push(next_queued_cte(&queue, "", take, &budget_ok));
-    ctes.push(next_stale_cte(&queue, &budget_ok));
+    ctes.push(next_queued_cte(&queue, tail, take, &budget_ok));
+    ctes.push(next_stale_cte(&queue, tail, &budget_ok));
     let eligible_limit = eligible_limit(budget_gated);
     ctes.push(format!(
         "eligible AS (\n    SELECT tid, id, priority, entrypoint FROM (\n        \
@@ -552,13 +570,14 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
          WHERE r.room IS NULL OR r.room > 0\n)"
             .into(),
     );
+    let tail = Tail::at(first + 5);
     ctes.push(next_queued_cte(
         &queue,
-        "",
+        tail,
         "LEAST($1::int, COALESCE(a.room, $1::int))",
         &budget_ok,
     ));
-    ctes.push(next_stale_cte(&queue, &budget_ok));
+    ctes.push(next_stale_cte(&queue, tail, &budget_ok));
     let eligible_limit = eligible_limit(budget_gated);
     // A stale re-pick starts its job again: it spends a unit like a fresh claim.
     ctes.push(format!(
@@ -597,17 +616,82 @@ pub(crate) fn rated_unslotted(s: &Settings, budget_gated: bool, ending: bool) ->
 /// A due queued row.
 const FRESH: &str = "status = 'queued' AND execute_after < NOW()";
 
+/// Where a claim's three parameters of its own are: the lane's floors and whether it
+/// looks for stale jobs, bound after every other parameter of its shape, from `first` on:
+/// `$first int4[]` and `$first+1 int8[]`, each entrypoint's floor (the priority and id of
+/// the last job the lane took, aligned with `$2`; NULL: none, read from the top), and
+/// `$first+2 bool`, whether the claim re-picks stale jobs.
+///
+/// A floor is where the lane's previous claim left off: every queued row before it (in
+/// claim order, highest priority first, then lowest id) was taken, locked by another
+/// claim, not due, or dead as of that claim's snapshot. Reading from it, a claim skips the
+/// index entries of the jobs already run, which PostgreSQL cannot remove while another
+/// session holds an old snapshot open: without floors every claim walks every one of them
+/// (see `worker::floors`, whose sweeps, claims without floors, find what comes to lie
+/// behind one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tail {
+    first: usize,
+}
+
+impl Tail {
+    pub(crate) fn at(first: usize) -> Tail {
+        Tail { first }
+    }
+
+    /// The floor of `a.entrypoint`, as `fl.level` and `fl.fid`, joined laterally.
+    fn floor_join(self) -> String {
+        let (levels, ids) = (self.first, self.first + 1);
+        format!(
+            "CROSS JOIN LATERAL (\n        SELECT (${levels}::int4[])[o.k] AS level, (${ids}::int8[])[o.k] AS fid\n        \
+             FROM (SELECT array_position($2::text[], a.entrypoint) AS k) o\n    ) fl"
+        )
+    }
+
+    /// The test that lets a claim look for stale jobs.
+    fn stale(self) -> String {
+        format!("${}::bool", self.first + 2)
+    }
+}
+
+/// Up to `take` due queued rows of `a.entrypoint` (`columns` of each), in claim order,
+/// read from the floor `fl` of [`Tail::floor_join`]: the rows of a higher priority than
+/// the floor's, from the top; those of its priority, from its id on; those of a lower
+/// priority, from the top of theirs. Each part is one range of the `(entrypoint, priority
+/// DESC, id)` index; with no floor the first part reads from the top and the others read
+/// nothing. `lock` is the locking clause of each part, or empty.
+fn from_floor(queue: &str, columns: &str, take: &str, lock: &str) -> String {
+    let part = |test: &str, name: &str| {
+        format!(
+            "SELECT * FROM (\n            SELECT {columns} FROM {queue}\n            \
+             WHERE entrypoint = a.entrypoint AND {FRESH} AND {test}\n            \
+             ORDER BY priority DESC, id ASC LIMIT {take}{lock}\n        ) {name}"
+        )
+    };
+    format!(
+        "{}\n        UNION ALL\n        {}\n        UNION ALL\n        {}\n        \
+         ORDER BY priority DESC, id ASC LIMIT {take}",
+        part("priority >= COALESCE(fl.level + 1, -2147483648)", "above"),
+        part("priority = fl.level AND id >= fl.fid", "at_floor"),
+        part("priority < fl.level", "below"),
+    )
+}
+
 /// The `next_queued` CTE of the shapes that lock candidates as they read them, skipping
 /// rows another claim holds: for each entrypoint of `available a`, up to `take` (an
-/// expression over `a`) due rows, with `carried` (columns of `a`, each after a comma)
-/// beside them; `$1` at most in all, in claim order.
-fn next_queued_cte(queue: &str, carried: &str, take: &str, budget_ok: &str) -> String {
+/// expression over `a`) due rows from its floor, `$1` at most in all, in claim order.
+fn next_queued_cte(queue: &str, tail: Tail, take: &str, budget_ok: &str) -> String {
     format!(
-        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint{carried} FROM available a\n    \
-         CROSS JOIN LATERAL (\n        SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n        \
-         WHERE entrypoint = a.entrypoint AND {FRESH}\n        \
-         ORDER BY priority DESC, id ASC LIMIT {take} FOR UPDATE SKIP LOCKED\n    ) c\n    \
-         WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)"
+        "next_queued AS (\n    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a\n    \
+         {floor}\n    CROSS JOIN LATERAL (\n        {rows}\n    ) c\n    \
+         WHERE TRUE{budget_ok}\n    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int\n)",
+        floor = tail.floor_join(),
+        rows = from_floor(
+            queue,
+            "ctid AS tid, id, priority, entrypoint",
+            take,
+            " FOR UPDATE SKIP LOCKED"
+        ),
     )
 }
 
@@ -704,15 +788,18 @@ fn worker_load_cte(queue: &str, budget_param: &str, not_ended: &str) -> String {
     )
 }
 
-/// A dead worker's jobs to take over, locked. Stale re-picks are never gated by a
-/// concurrency limit: the row already holds its slot.
-fn next_stale_cte(queue: &str, budget_ok: &str) -> String {
+/// A dead worker's jobs to take over, locked, when the claim looks for them (`tail`'s
+/// flag: only now and then, since the search reads the heartbeat index's entries of every
+/// picked row version, and each heartbeat and claim leaves one that a held snapshot keeps).
+/// Stale re-picks are never gated by a concurrency limit: the row already holds its slot.
+fn next_stale_cte(queue: &str, tail: Tail, budget_ok: &str) -> String {
     format!(
         "next_stale AS (\n    SELECT ctid AS tid, id, priority, entrypoint FROM {queue}\n    \
-         WHERE status = 'picked' AND entrypoint = ANY($2::text[])\n      \
+         WHERE {stale} AND status = 'picked' AND entrypoint = ANY($2::text[])\n      \
          AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'\n      \
          AND execute_after < NOW(){budget_ok}\n    \
-         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)"
+         ORDER BY priority DESC, id ASC\n    FOR UPDATE SKIP LOCKED\n    LIMIT $1::int\n)",
+        stale = tail.stale(),
     )
 }
 
@@ -989,6 +1076,27 @@ pub(crate) fn queue_next_due(s: &Settings) -> String {
     )
 }
 
+/// [`queue_next_due`]'s `queued_us` for the entrypoints `$1 text[]`, over the jobs due
+/// from a second ago on only: the index entries of jobs run before then, which a held
+/// snapshot keeps, are not walked (every one would be). A job due longer ago that no claim
+/// took (it lay behind a lane's floor, or another claim held it) is not seen here: the
+/// lanes' sweeps find it (`worker::floors`). The worker asks this after a claim that found
+/// nothing; a drain, which must see every job, asks [`queue_next_due`].
+pub(crate) fn queue_next_due_recent(s: &Settings) -> String {
+    let queue = s.qualify(&s.queue_table);
+    format!(
+        "SELECT {queued} AS queued_us",
+        queued = super::micros_until(&format!(
+            "(SELECT MIN(first.execute_after)\n    \
+             FROM UNNEST($1::text[]) AS e(entrypoint)\n    \
+             CROSS JOIN LATERAL (\n        SELECT execute_after FROM {queue}\n        \
+             WHERE status = 'queued' AND entrypoint = e.entrypoint\n          \
+             AND execute_after >= NOW() - INTERVAL '1 second'\n        \
+             ORDER BY execute_after LIMIT 1\n    ) first)"
+        )),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1003,7 +1111,8 @@ mod tests {
             "params",
             "limited",
             "contention",
-            "$5",
+            "$5::bigint[]",
+            "$8",
             "worker_load",
         ] {
             assert!(
@@ -1016,15 +1125,30 @@ mod tests {
         }
     }
 
+    /// `sql` binds the floors and the stale flag from `$first` on (see [`Tail`]), and no
+    /// parameter after them.
+    #[track_caller]
+    fn assert_tail(sql: &str, first: usize) {
+        for (offset, ty) in [(0, "int4[]"), (1, "int8[]"), (2, "bool")] {
+            let param = format!("${}::{ty}", first + offset);
+            assert!(sql.contains(&param), "no {param}:\n{sql}");
+        }
+        let next = format!("${}", first + 3);
+        assert!(!sql.contains(&next), "binds {next}:\n{sql}");
+    }
+
     #[test]
     fn shapes_bind_the_documented_parameters() {
         let s = Settings::default();
         for gating in [Gating::Careful, Gating::Relaxed] {
             assert!(queue_claim(&s, gating, false, false, false).contains("$5::bigint[]"));
             assert!(queue_claim(&s, gating, false, false, false).contains("$6::float8"));
-            assert!(!queue_claim(&s, gating, false, false, false).contains("$7"));
+            assert_tail(&queue_claim(&s, gating, false, false, false), 7);
             assert!(queue_claim(&s, gating, true, false, false).contains("$7::bigint"));
+            assert_tail(&queue_claim(&s, gating, true, false, false), 8);
         }
+        assert_tail(&queue_claim(&s, Gating::None, false, false, false), 5);
+        assert_tail(&queue_claim(&s, Gating::None, true, false, false), 6);
         assert!(
             queue_claim(&s, Gating::None, true, false, false).contains("$5::bigint - COUNT(*)")
         );
@@ -1048,11 +1172,7 @@ mod tests {
                     sql.contains(&format!("${last}::")),
                     "{budget} {ending}: no ${last}:\n{sql}"
                 );
-                let next = format!("${}", last + 1);
-                assert!(
-                    !sql.contains(&next),
-                    "{budget} {ending}: binds {next}:\n{sql}"
-                );
+                assert_tail(sql, last + 1);
                 assert!(
                     sql.contains("array_position(ARRAY(SELECT tid FROM eligible), job.ctid)"),
                     "{budget} {ending}: takes no slot"
@@ -1088,8 +1208,7 @@ mod tests {
                 let param = format!("${}::{ty}", first + offset);
                 assert!(sql.contains(&param), "{gated:?} {budget}: no {param}");
             }
-            let next = format!("${}", first + 3);
-            assert!(!sql.contains(&next), "{gated:?} {budget}: binds {next}");
+            assert_tail(&sql, first + 3);
             assert!(sql.contains("ended.ids AS ended"));
         }
     }

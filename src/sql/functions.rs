@@ -93,6 +93,7 @@ pub(crate) fn per_job_statements(s: &Settings) -> Vec<String> {
         claim::queue_retry(s),
         claim::queue_release_many(s),
         claim::queue_next_due(s),
+        claim::queue_next_due_recent(s),
         claim::queue_slots_in_use(s),
         claim::queue_owned(s),
     ]);

@@ -34,6 +34,7 @@ use crossbeam_channel::{Receiver, Sender, select};
 use super::alarms::FalseAlarms;
 use super::builder::WorkerConfig;
 use super::doorbell::{Doorbell, Wake};
+use super::floors::Reader;
 use super::jitter::Jitter;
 use super::ledger::Ledger;
 use super::limits::LimitWatch;
@@ -155,6 +156,8 @@ pub(crate) struct Lead<'a> {
     conn: LoopConn<'a>,
     /// Where the lane takes its slots (see [`SlotCursor`]).
     slots: SlotCursor,
+    /// Where the lane reads the queue from, and when it sweeps (see `floors`).
+    reader: Reader,
     rng: Jitter,
     /// How long to wait after a failed claim.
     backoff: Duration,
@@ -220,6 +223,7 @@ impl<'a> Dispatcher<'a> {
         let lead = Lead {
             conn: LoopConn::new(&self.config.pool),
             slots: SlotCursor::new(self.slot_shift),
+            reader: Reader::new(Instant::now(), self.config.heartbeat_interval()),
             rng: Jitter::new(0),
             backoff: Duration::from_millis(50),
             rate_poll: RATE_MIN_WAIT,
@@ -429,7 +433,13 @@ impl<'a> Dispatcher<'a> {
         ] {
             self.doorbell.take(why);
         }
-        let claim = match self.claim(&mut lead.conn, &mut lead.slots, take, true) {
+        let claim = match self.claim(
+            &mut lead.conn,
+            &mut lead.slots,
+            &mut lead.reader,
+            take,
+            true,
+        ) {
             Ok(claim) => claim,
             Err(e) if e.is_pooler_mismatch() => {
                 log::error!("pgqueuer claim failed; stopping the worker: {e}");
@@ -563,11 +573,22 @@ impl<'a> Dispatcher<'a> {
         // look again when the slots are next looked at. A job of another worker going
         // stale (its worker presumed dead) is a reason to look again as much as a
         // deferred job coming due.
+        // A drain must see every job; a lane that runs on asks only about jobs due from a
+        // second ago on (its sweeps and stale looks find the rest, see `floors`).
         let next = match self.limits.claimer() {
-            Some(claimer) => lead.conn.run(|c| claimer.next_wake(c)).unwrap_or(NextWake {
-                queued: Some(MIN_POLL),
-                stale: None,
-            }),
+            Some(claimer) => lead
+                .conn
+                .run(|c| {
+                    if self.drain {
+                        claimer.next_wake(c)
+                    } else {
+                        claimer.next_wake_recent(c)
+                    }
+                })
+                .unwrap_or(NextWake {
+                    queued: Some(MIN_POLL),
+                    stale: None,
+                }),
             None => NextWake {
                 queued: Some(super::limits::CHECK_INTERVAL),
                 stale: None,
@@ -624,7 +645,10 @@ impl<'a> Dispatcher<'a> {
             next.stale,
             lead.limit_full
         );
-        lead.quiet_until = Some(Instant::now() + wait);
+        // No later than the lane's next sweep or stale look: rows behind its floors, and
+        // other workers' stale jobs, ring nothing.
+        let until = (Instant::now() + wait).min(lead.reader.look_by());
+        lead.quiet_until = Some(until);
         Step::Again
     }
 
@@ -693,6 +717,7 @@ impl<'a> Dispatcher<'a> {
         let config = self.config;
         let mut conn = LoopConn::new(&config.pool);
         let mut slots = SlotCursor::new((self.slot_shift + 0.5).fract());
+        let mut reader = Reader::new(Instant::now(), config.heartbeat_interval());
         loop {
             select! {
                 recv(self.second.wake_rx) -> _ => {},
@@ -709,7 +734,7 @@ impl<'a> Dispatcher<'a> {
                 if take == 0 {
                     break;
                 }
-                match self.claim(&mut conn, &mut slots, take, false) {
+                match self.claim(&mut conn, &mut slots, &mut reader, take, false) {
                     Ok(claim) => {
                         let jobs = self.hold(claim.jobs);
                         self.ledger.hand_over(jobs);
@@ -733,6 +758,7 @@ impl<'a> Dispatcher<'a> {
         &self,
         conn: &mut LoopConn<'_>,
         slots: &mut SlotCursor,
+        reader: &mut Reader,
         take: usize,
         fold: bool,
     ) -> crate::Result<Claim> {
@@ -769,10 +795,19 @@ impl<'a> Dispatcher<'a> {
                 used.is_capacity_gated() && self.count_clock.take(used, started)
             });
         let count = !relaxed || took_window;
+        let plan = reader.plan(started);
         let mut claimed = match used {
-            Some(used) => {
-                conn.run(|c| used.claim_from(c, &outcomes, take, slots.at, relaxed, count))
-            }
+            Some(used) => conn.run(|c| {
+                used.claim_from(
+                    c,
+                    &outcomes,
+                    take,
+                    slots.at,
+                    relaxed,
+                    count,
+                    reader.reading(plan),
+                )
+            }),
             // Every entrypoint is paused: write the outcomes alone, claim nothing.
             None => conn
                 .run(|c| config.claimer.complete(c, &outcomes))
@@ -792,6 +827,9 @@ impl<'a> Dispatcher<'a> {
             // the next relaxed claim counts.
             _ if took_window => self.count_clock.release(started),
             _ => {}
+        }
+        if let (Ok(claim), Some(_)) = (&claimed, used) {
+            reader.claimed(plan, started, Instant::now(), &claim.jobs);
         }
         let written = claimed.as_ref().map_or(&[][..], |c| &c.ended[..]);
         self.ledger.after_claim(outcomes, written);

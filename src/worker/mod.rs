@@ -19,6 +19,7 @@ mod entrypoint;
 mod executor;
 mod fast_map;
 mod figures;
+mod floors;
 mod handoff;
 mod heartbeat;
 mod jitter;
