@@ -251,7 +251,7 @@ fn produce(
         .on(&mut tx)
         .enqueue_many(&jobs)
         .map_err(|e| e.to_string())?;
-    if round % 5 == 0 {
+    if round.is_multiple_of(5) {
         let poison: Vec<i64> = tx
             .query(
                 "INSERT INTO pgqueuer (priority, entrypoint, payload, headers, status)                  VALUES (0, 'free', NULL, '{\"n\": 1e400}', 'queued'),                         (0, 'held', NULL, (repeat('[', 300) || repeat(']', 300))::jsonb, 'queued')                  RETURNING id",

@@ -21,6 +21,10 @@
 //!   through the hold; the jobs it held are rescued by the first once stale (heartbeat
 //!   timeout 5 s), and the table says how many and how long they waited.
 //!
+//! - `PGQ_HORIZON_PYTHON=PATH`: the same shape for Python PgQueuer 1.6.0 instead
+//!   (`benches/horizon_py.py` run by that interpreter, which must import `pgqueuer` 1.6.0
+//!   and `asyncpg`, such as the tests' `target/tmp/pgqueuer-python/bin/python`): one
+//!   consumer with `batch_size` 10, on the database this bench makes;
 //! - `PGQ_HORIZON_EXPLAIN=1`: at the end of each window, `EXPLAIN (ANALYZE, BUFFERS)` of
 //!   the claim statement (rolled back) and of the stale search, summarized to their time
 //!   and buffers.
@@ -120,7 +124,10 @@ impl Recorder {
 
     fn with<T>(&self, f: impl FnOnce(&mut Window) -> T) -> T {
         let i = self.index();
-        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut windows = self
+            .windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while windows.len() <= i {
             windows.push(Window::default());
         }
@@ -202,9 +209,36 @@ fn run(o: &Options) -> Result<bool, String> {
         Some((base, _)) => format!("{base}/{name}"),
         None => return Err("PGQUEUER_BENCH_DSN needs a URL form".into()),
     };
-    let outcome = measure(o, &dsn, &config);
+    let outcome = match std::env::var("PGQ_HORIZON_PYTHON") {
+        Ok(python) if !python.is_empty() => python_shape(o, &python, &dsn, &config),
+        _ => measure(o, &dsn, &config),
+    };
     let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
     outcome
+}
+
+/// The shape for Python PgQueuer: the schema, then `benches/horizon_py.py`.
+fn python_shape(o: &Options, python: &str, dsn: &str, config: &Config) -> Result<bool, String> {
+    let mut client = config.connect(NoTls).map_err(|e| format!("{e:?}"))?;
+    pgqueuer::upgrade(&mut client).map_err(|e| e.to_string())?;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/horizon_py.py");
+    let status = Command::new(python)
+        .arg(script)
+        .args(["--dsn", dsn])
+        .args([
+            "--rate",
+            &o.rate.to_string(),
+            "--batch",
+            &o.batch.to_string(),
+        ])
+        .args(["--handler-ms", &o.handler.as_millis().to_string()])
+        .args(["--hold-at", &o.hold_at.as_secs().to_string()])
+        .args(["--hold-secs", &o.hold_for.as_secs().to_string()])
+        .args(["--after", &o.after.as_secs().to_string()])
+        .args(["--window", &o.window.as_secs().to_string()])
+        .status()
+        .map_err(|e| format!("cannot run {python}: {e}"))?;
+    Ok(status.success())
 }
 
 fn measure(o: &Options, dsn: &str, config: &Config) -> Result<bool, String> {
@@ -424,7 +458,7 @@ fn measure(o: &Options, dsn: &str, config: &Config) -> Result<bool, String> {
     let peak = recorder
         .windows
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .map(|w| w.peak)
         .max()
@@ -450,7 +484,10 @@ fn measure(o: &Options, dsn: &str, config: &Config) -> Result<bool, String> {
 
 impl Recorder {
     fn with_index<T>(&self, i: usize, f: impl FnOnce(&Window) -> T) -> T {
-        let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let windows = self
+            .windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(windows.get(i).unwrap_or(&Window::default()))
     }
 }

@@ -92,6 +92,7 @@ pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 mod headers;
+mod horizon;
 mod job;
 mod lock;
 mod loop_conn;

@@ -315,6 +315,17 @@ pub(crate) fn from_epoch_seconds(seconds: i64) -> SystemTime {
     }
 }
 
+/// A duration as people read it in a message: `45s`, `7m12s`, `2h03m`, `3d04h`.
+pub(crate) fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3_600 => format!("{}m{:02}s", s / 60, s % 60),
+        3_600..86_400 => format!("{}h{:02}m", s / 3_600, s % 3_600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3_600),
+    }
+}
+
 /// A duration as Python's `str(timedelta)`: `0:00:30`, `1 day, 2:03:04.500000`.
 pub(crate) fn python_timedelta(d: Duration) -> String {
     let total = d.as_secs();
@@ -339,6 +350,19 @@ pub(crate) fn python_timedelta(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_people_read_them() {
+        for (secs, text) in [
+            (0, "0s"),
+            (45, "45s"),
+            (432, "7m12s"),
+            (7_380, "2h03m"),
+            (273_600, "3d04h"),
+        ] {
+            assert_eq!(human_duration(Duration::from_secs(secs)), text);
+        }
+    }
 
     #[test]
     fn iso_periods_read_as_pgqueuer_reads_them() {

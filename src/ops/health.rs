@@ -66,7 +66,7 @@ pub struct Reason {
     /// The verdict this reason alone would give.
     pub verdict: Verdict,
     /// A stable name for scripts: `stalled`, `schema`, `stale_jobs`, `backlog_growing`,
-    /// `failed_jobs_held`, `over_limit`.
+    /// `failed_jobs_held`, `over_limit`, `horizon_held`.
     pub code: &'static str,
     /// What was found, in words, with the figures.
     pub message: String,
@@ -114,6 +114,13 @@ pub struct HealthOptions {
     /// Concurrency limits declared for entrypoints, to check the slots held against
     /// (the database does not store the limits workers declare).
     pub limits: Vec<(String, u32)>,
+    /// A session or prepared transaction that has held the MVCC horizon this long is
+    /// named (DEGRADED, `horizon_held`): while it lasts, no row version that died since it
+    /// began can be removed. Defaults to 5 min.
+    pub horizon_after: Duration,
+    /// The same for replication slots and standbys, which say no time: named once the
+    /// oldest row version they keep is this many transactions old. Defaults to 500,000.
+    pub horizon_xid_after: i64,
 }
 
 impl Default for HealthOptions {
@@ -123,6 +130,8 @@ impl Default for HealthOptions {
             stale_after: Duration::from_secs(30),
             window: Duration::from_secs(300),
             limits: Vec::new(),
+            horizon_after: Duration::from_secs(300),
+            horizon_xid_after: 500_000,
         }
     }
 }
@@ -142,7 +151,9 @@ const BACKLOG_MARGIN: u64 = 10;
 ///   can start);
 /// - **DEGRADED** for picked jobs with stale heartbeats (their workers are presumed
 ///   dead; another worker takes them over), a backlog growing faster than throughput
-///   over `window`, failed jobs held, or more slots held than a declared limit;
+///   over `window`, failed jobs held, more slots held than a declared limit, or a
+///   session, replication slot, prepared transaction or standby that has held the MVCC
+///   horizon for longer than `horizon_after` (see [`crate::ops::horizon_holders`]);
 /// - **OK** otherwise.
 ///
 /// # Errors
@@ -262,6 +273,29 @@ pub fn health<C: GenericClient>(
             message: format!(
                 "{} failed jobs are held: inspect them (pgq failed) and requeue or delete them",
                 health.failed_jobs
+            ),
+        });
+    }
+    let held = crate::horizon::long_held(
+        crate::horizon::holders(client)?,
+        options.horizon_after,
+        options.horizon_xid_after,
+    );
+    if !held.is_empty() {
+        let named: Vec<String> = held.iter().take(3).map(ToString::to_string).collect();
+        let more = match held.len() {
+            1..=3 => String::new(),
+            n => format!(" (and {} more)", n - 3),
+        };
+        reasons.push(Reason {
+            verdict: Verdict::Degraded,
+            code: "horizon_held",
+            message: format!(
+                "the MVCC horizon is held by {}{more}: no row version that died since can be \
+                 removed, so the queue's tables and indexes grow; end it (and set \
+                 idle_in_transaction_session_timeout, or a statement_timeout for the roles \
+                 that run reports)",
+                named.join("; ")
             ),
         });
     }

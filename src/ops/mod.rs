@@ -53,6 +53,7 @@ use postgres::{GenericClient, Row};
 use crate::error::{Error, Result};
 use crate::time::python_time;
 
+pub use crate::horizon::{HolderKind, HorizonHolder, holders as horizon_holders};
 pub use health::{Health, HealthOptions, Reason as HealthReason, Verdict, health};
 pub use insight::{
     AUDIT_RESOLUTION, ActiveWorker, AuditedEntrypoint, ConnectionTls, LimitAudit, QueueAge,

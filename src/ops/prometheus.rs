@@ -219,6 +219,42 @@ pub fn prometheus_text<C: GenericClient>(
         "pgqueuer_stale_picked_jobs {}",
         count_of(&health, "stale")?
     );
+    let holders = crate::horizon::holders(client)?;
+    series(
+        &mut out,
+        "pgqueuer_horizon_held_seconds",
+        "How long the oldest open transaction of this database (a session's, or a prepared \
+         one) has held the MVCC horizon: no row version that died since can be removed.",
+    );
+    let held = holders
+        .iter()
+        .filter_map(|h| h.held_for)
+        .max()
+        .unwrap_or_default();
+    let _ = writeln!(out, "pgqueuer_horizon_held_seconds {}", held.as_secs_f64());
+    series(
+        &mut out,
+        "pgqueuer_horizon_xid_age",
+        "How many transactions old the oldest row version kept for a session, replication \
+         slot, prepared transaction or standby is.",
+    );
+    let _ = writeln!(
+        out,
+        "pgqueuer_horizon_xid_age {}",
+        holders.iter().map(|h| h.xid_age).max().unwrap_or(0)
+    );
+    series(
+        &mut out,
+        "pgqueuer_queue_dead_tuples",
+        "Dead row versions in the queue table, as the statistics count them.",
+    );
+    let dead: i64 = connect::query_one_alone(
+        client,
+        sql::TABLE_DEAD_TUPLES,
+        &[(&settings.qualify(&settings.queue_table), Type::TEXT)],
+    )?
+    .try_get("n")?;
+    let _ = writeln!(out, "pgqueuer_queue_dead_tuples {dead}");
     series(
         &mut out,
         "pgqueuer_unaggregated_log_rows",

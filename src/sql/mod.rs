@@ -211,7 +211,8 @@ pub(crate) const SESSION_PLAN_WITH_INDEXES: &str = "SET enable_seqscan = off; SE
 /// of an infinite timestamp fails the whole statement.
 pub(crate) fn age_seconds(expr: &str) -> String {
     format!(
-        "(CASE WHEN isfinite({expr}) THEN EXTRACT(EPOCH FROM now() - {expr})::float8 \
+        "(CASE WHEN {expr} IS NULL THEN NULL \
+         WHEN isfinite({expr}) THEN EXTRACT(EPOCH FROM now() - {expr})::float8 \
          WHEN {expr} < now() THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END)"
     )
 }
@@ -219,10 +220,13 @@ pub(crate) fn age_seconds(expr: &str) -> String {
 /// The microseconds from `now()` until the timestamp `expr` (bigint; negative once it has
 /// passed), for a timestamp of any value (see [`age_seconds`]): an infinite one gives
 /// the bigint range's end, a little short of it.
+/// `expr` (a scalar subquery, say) is evaluated once (`OFFSET 0` keeps the planner from
+/// copying it into every use); NULL stays NULL.
 pub(crate) fn micros_until(expr: &str) -> String {
     format!(
-        "GREATEST(LEAST(-{} * 1000000, 9.2e18), -9.2e18)::bigint",
-        age_seconds(expr)
+        "(SELECT CASE WHEN at_time.t IS NOT NULL THEN GREATEST(LEAST(-{} * 1000000, 9.2e18), -9.2e18)::bigint END \
+         FROM (SELECT {expr} AS t OFFSET 0) at_time)",
+        age_seconds("at_time.t")
     )
 }
 

@@ -469,6 +469,39 @@ pub(crate) fn tables_set_autovacuum(s: &Settings, reset: bool) -> String {
         .join("\n")
 }
 
+/// The dead row versions of the table `$1 text` (qualified), as the statistics count
+/// them: `n`, 0 for a table they have not seen.
+pub(crate) const TABLE_DEAD_TUPLES: &str = "SELECT coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_all_tables \
+     WHERE relid = to_regclass($1::text)), 0)::int8 AS n";
+
+/// What holds this database's MVCC horizon back (see `crate::horizon`), oldest row
+/// version first: `kind`, `name`, `application_name`, `client_addr`, `state`, `held_s`
+/// (float8 or NULL), `xid_age` (int8) and `query` (its first 100 characters).
+pub(crate) const HORIZON_HOLDERS: &str = "SELECT * FROM (
+    SELECT 'session' AS kind, pid::text AS name, application_name, client_addr::text AS client_addr,
+           state, EXTRACT(EPOCH FROM now() - coalesce(xact_start, query_start))::float8 AS held_s,
+           age(coalesce(backend_xmin, backend_xid))::int8 AS xid_age, left(query, 100) AS query
+      FROM pg_catalog.pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+       AND coalesce(backend_xmin, backend_xid) IS NOT NULL
+    UNION ALL
+    SELECT 'replication_slot', slot_name::text, NULL, NULL,
+           CASE WHEN active THEN 'active' ELSE 'inactive' END, NULL::float8,
+           greatest(age(xmin), age(catalog_xmin))::int8, NULL
+      FROM pg_catalog.pg_replication_slots
+     WHERE xmin IS NOT NULL OR (catalog_xmin IS NOT NULL AND database = current_database())
+    UNION ALL
+    SELECT 'prepared_transaction', gid, owner::text, NULL, NULL,
+           EXTRACT(EPOCH FROM now() - prepared)::float8, age(transaction)::int8, NULL
+      FROM pg_catalog.pg_prepared_xacts
+     WHERE database = current_database()
+    UNION ALL
+    SELECT 'standby', coalesce(application_name, pid::text), application_name, client_addr::text,
+           state, NULL::float8, age(backend_xmin)::int8, NULL
+      FROM pg_catalog.pg_stat_replication
+     WHERE backend_xmin IS NOT NULL
+) h ORDER BY xid_age DESC, held_s DESC NULLS LAST";
+
 /// This session's own encryption: `ssl`, `version`, `cipher` (one row).
 pub(crate) const CONNECTION_TLS: &str = "SELECT coalesce(s.ssl, false) AS ssl, s.version, s.cipher \
      FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_stat_ssl s ON s.pid = pg_catalog.pg_backend_pid()";

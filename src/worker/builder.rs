@@ -22,14 +22,12 @@ use super::entrypoint::{Context, Entrypoint, Handler, HandlerResult, Registry};
 use super::limits::LimitWatch;
 use super::stats::Stats;
 
-/// Pool connections a worker needs: one for its claims. Heartbeats and outcomes have a
-/// connection each of their own, and so has the listener, all outside the pool: handlers
-/// that hold or wait for pool connections must not keep a worker's jobs from their
-/// heartbeats (another worker would take them as stale and run them again) or its
-/// outcomes from being written.
-pub(crate) const POOL_CONNECTIONS: u32 = 1;
-
-/// Pool connections a worker with a second claim lane needs (see [`MAX_LANES`]).
+/// Pool connections a worker with a second claim lane needs (see [`MAX_LANES`]). A worker
+/// takes only its claims' connections from the pool (one, which any pool has): heartbeats
+/// and outcomes have a connection each of their own, and so has the listener, all
+/// outside the pool, so that handlers that hold or wait for pool connections cannot keep
+/// a worker's jobs from their heartbeats (another worker would take them as stale and run
+/// them again) or its outcomes from being written.
 const TWO_LANE_POOL: u32 = 4;
 
 /// Claims a worker has in flight at once when its pool has room for a second claim
@@ -312,7 +310,7 @@ impl WorkerBuilder {
     /// # Errors
     /// [`Error::InvalidInput`] for a bad option (no entrypoint, a repeated or empty
     /// entrypoint name or one with a NUL character, a number or duration outside its
-    /// range, which the error names, a zero budget, a pool too small for the worker); [`Error::Schema`] when the
+    /// range, which the error names, a zero budget); [`Error::Schema`] when the
     /// database lacks an object the worker needs, such as the concurrency-slot column or
     /// index (run `upgrade()` first); [`Error::Pool`] or [`Error::Db`] when the schema
     /// cannot be checked.
@@ -328,16 +326,6 @@ impl WorkerBuilder {
             MIN_WAIT,
             MAX_HEARTBEAT_TIMEOUT,
         )?;
-        if self.pool.max_size() < POOL_CONNECTIONS {
-            return Err(Error::invalid(
-                "pool",
-                format!(
-                    "the pool holds at most {} connections; a worker needs {POOL_CONNECTIONS} \
-                     for its claims, plus any its handlers take",
-                    self.pool.max_size()
-                ),
-            ));
-        }
         let settings = self.claimer.settings_ref().clone();
         let claimer = self.claimer.build()?;
         if o.batch_size > o.threads {

@@ -17,8 +17,9 @@
 //! [`SWEEP_SHARE`] of the time allows given what the last one cost, so that sweeps take
 //! at most a twentieth of the lane's time however long the snapshot is held; a job behind
 //! a floor starts within that period. Stale jobs (another worker presumed dead) are looked
-//! for in the same way, every half heartbeat timeout rather than in every claim: that
-//! search reads the heartbeat index's entries of every picked row version.
+//! for in the same way, every half heartbeat timeout (every 5 s at most) rather than in
+//! every claim: that search reads the heartbeat index's entries of every picked row
+//! version.
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,11 @@ use crate::job::Job;
 
 /// The longest time between two sweeps while they are cheap.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest time between two looks for stale jobs: a job of a dead worker is re-picked
+/// within this of going stale (the look reads the heartbeat index's entries of every
+/// picked version, a few milliseconds even under a long-held horizon at this pace).
+pub(crate) const STALE_LOOK_EVERY: Duration = Duration::from_secs(5);
 
 /// Sweeps take at most this share of the time: one that took `d` is followed by the next
 /// no sooner than `d / SWEEP_SHARE` later.
@@ -51,13 +57,14 @@ pub(crate) struct Plan {
 }
 
 impl Reader {
-    /// A reader whose first claim is a sweep that looks for stale jobs; `stale_every` is
-    /// half the heartbeat timeout.
-    pub(crate) fn new(now: Instant, stale_every: Duration) -> Reader {
+    /// A reader whose first claim is a sweep that looks for stale jobs; it looks for them
+    /// every `heartbeat_interval` (half the heartbeat timeout), or [`STALE_LOOK_EVERY`] if
+    /// that is sooner.
+    pub(crate) fn new(now: Instant, heartbeat_interval: Duration) -> Reader {
         Reader {
             floors: Floors::default(),
             next_sweep: now,
-            stale_every,
+            stale_every: heartbeat_interval.min(STALE_LOOK_EVERY),
             next_stale: now,
         }
     }
@@ -201,13 +208,18 @@ mod tests {
     }
 
     #[test]
-    fn stale_jobs_are_looked_for_every_half_heartbeat_timeout() {
+    fn stale_jobs_are_looked_for_every_half_heartbeat_timeout_and_every_5_s_at_most() {
         let t0 = Instant::now();
-        let mut r = Reader::new(t0, Duration::from_secs(15));
+        let mut r = Reader::new(t0, Duration::from_secs(2));
         let plan = r.plan(t0);
         r.claimed(plan, t0, t0, &[job("a", 0, 1)]);
-        assert!(!r.plan(t0 + Duration::from_secs(14)).stale);
-        assert!(r.plan(t0 + Duration::from_secs(15)).stale);
+        assert!(!r.plan(t0 + Duration::from_millis(1_900)).stale);
+        assert!(r.plan(t0 + Duration::from_secs(2)).stale);
         assert_eq!(r.look_by(), t0 + SWEEP_EVERY);
+        let mut r = Reader::new(t0, Duration::from_secs(15));
+        let plan = r.plan(t0);
+        r.claimed(plan, t0, t0, &[]);
+        assert!(!r.plan(t0 + Duration::from_millis(4_900)).stale);
+        assert!(r.plan(t0 + STALE_LOOK_EVERY).stale);
     }
 }

@@ -19,6 +19,56 @@ use crate::loop_conn::LoopConn;
 /// the next beat.
 const LOCKED_WAIT: Duration = Duration::from_millis(100);
 
+/// How often the heartbeat thread looks for a held MVCC horizon.
+const HORIZON_LOOK_EVERY: Duration = Duration::from_secs(60);
+
+/// A transaction that has held the horizon this long is warned of.
+const HORIZON_WARN_AFTER: Duration = Duration::from_secs(300);
+
+/// The least time between two warnings of a held horizon.
+const HORIZON_WARN_EVERY: Duration = Duration::from_secs(600);
+
+/// The worker's own look for a held horizon (see `crate::horizon`): the claims read
+/// through one, but only its holder's end gives the space back, so the worker says who.
+struct HorizonWatch {
+    next_look: Instant,
+    warned: Option<Instant>,
+}
+
+impl HorizonWatch {
+    fn look(&mut self, conn: &mut LoopConn<'_>) {
+        let now = Instant::now();
+        if now < self.next_look {
+            return;
+        }
+        self.next_look = now + HORIZON_LOOK_EVERY;
+        let held = match conn.run(|c| crate::horizon::holders(c.client())) {
+            Ok(all) => crate::horizon::long_held(all, HORIZON_WARN_AFTER, 500_000),
+            Err(e) => {
+                log::debug!("pgqueuer could not look for a held horizon: {e}");
+                return;
+            }
+        };
+        let Some(oldest) = held.first() else {
+            return;
+        };
+        if self
+            .warned
+            .is_some_and(|at| at.elapsed() < HORIZON_WARN_EVERY)
+        {
+            return;
+        }
+        self.warned = Some(now);
+        super::warning::warn_always(format_args!(
+            "pgqueuer: the MVCC horizon is held by {oldest}: no row version that died since can be \
+             removed, so the queue's tables and indexes grow while it lasts (claims read past \
+             them, at a cost that grows with them); end it, and set \
+             idle_in_transaction_session_timeout (said at most every {} minutes)",
+            HORIZON_WARN_EVERY.as_secs() / 60
+        ));
+    }
+}
+
 /// Runs until every executor has exited (`alive` disconnects).
 pub(crate) fn run(
     config: &WorkerConfig,
@@ -35,6 +85,10 @@ pub(crate) fn run(
     let mut next_beat = Instant::now() + interval;
     let mut next_check = Instant::now();
     let mut declaration = Declaration::default();
+    let mut horizon = HorizonWatch {
+        next_look: Instant::now() + HORIZON_LOOK_EVERY,
+        warned: None,
+    };
     loop {
         match alive.recv_timeout(
             next_beat
@@ -51,6 +105,7 @@ pub(crate) fn run(
         if now >= next_check {
             next_check = now + limits::CHECK_INTERVAL;
             declaration.refresh(&mut conn, config);
+            horizon.look(&mut conn);
             if !limits.is_empty() {
                 match conn.run(|c| limits.check(c)) {
                     Ok(changed) => {

@@ -349,6 +349,14 @@ pub(crate) enum Command {
         /// against (repeatable).
         #[arg(long = "limit", value_parser = parse_declared_limit, value_name = "ENTRYPOINT=N")]
         limits: Vec<(String, u32)>,
+        /// A session or prepared transaction holding the MVCC horizon this long is named
+        /// (DEGRADED): no row version that died since can be removed.
+        #[arg(long, value_parser = parse_span, default_value = "5m", value_name = "DURATION")]
+        horizon_after: Duration,
+        /// A replication slot or standby is named once the oldest row version it keeps is
+        /// this many transactions old.
+        #[arg(long, default_value_t = 500_000, value_name = "TRANSACTIONS")]
+        horizon_xid_after: i64,
         /// One JSON object.
         #[arg(long)]
         json: bool,

@@ -189,6 +189,8 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             stale_after,
             window,
             limits,
+            horizon_after,
+            horizon_xid_after,
             json,
         } => {
             let mut options = pgqueuer::ops::HealthOptions::default();
@@ -196,6 +198,8 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             options.stale_after = stale_after;
             options.window = window;
             options.limits = limits;
+            options.horizon_after = horizon_after;
+            options.horizon_xid_after = horizon_xid_after;
             monitor::health(ctx, &options, json)
         }
         Command::Audit {

@@ -26,7 +26,18 @@ fn explain_claim(
     let plan: serde_json::Value = tx
         .query_one(
             &format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", claimer.claim_sql()),
-            &[&batch, &names, &worker, &timeout, &limits, &shift],
+            // The lane's floors (none: a sweep) and the stale look.
+            &[
+                &batch,
+                &names,
+                &worker,
+                &timeout,
+                &limits,
+                &shift,
+                &vec![None::<i32>],
+                &vec![None::<i64>],
+                &true,
+            ],
         )
         .unwrap()
         .get(0);
@@ -219,12 +230,14 @@ fn plans_made_on_an_empty_table_stay_on_the_right_indexes_when_it_grows() {
         40,
         "claims walked the (entrypoint, execute_after) index"
     );
-    // One ordered read per claim (the unlimited claim's candidates, the limited claim's
-    // window); a limited claim re-checks its candidates by primary key, not through here.
+    // Three ordered reads per claim, one range each (the priorities above the lane's
+    // floor, the floor's own from its id on, those below: see `sql::claim::Tail`; a claim
+    // from the top reads only the first): the unlimited claim's candidates, the limited
+    // claim's window; a limited claim re-checks its candidates by primary key, not here.
     assert_eq!(
         after[2] - before[2],
-        40,
-        "claims walked the (entrypoint, priority, id) index more than once each"
+        3 * 40,
+        "claims walked the (entrypoint, priority, id) index more than three ranges each"
     );
 }
 

@@ -566,8 +566,9 @@ fn a_stale_re_pick_of_a_running_job_does_not_run_it_twice() {
         .unwrap();
     let poke = queue.enqueue(NewJob::new("poke", Vec::new())).unwrap();
     let warning = format!("job {id} (held) was re-picked as stale");
+    // The lanes look for stale jobs every 5 s at most (`worker::floors`).
     eventually(
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         "the stale re-pick of the running job",
         || !captured(&warning).is_empty(),
     );

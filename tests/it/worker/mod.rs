@@ -11,6 +11,7 @@ mod ahead;
 mod failures;
 mod fencing;
 mod hardening;
+mod horizon;
 mod recovery;
 mod startup;
 mod stopping;

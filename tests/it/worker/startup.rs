@@ -62,10 +62,6 @@ fn bad_worker_options_are_rejected() {
                 .heartbeat_timeout(Duration::ZERO)
                 .entrypoint("a", ok),
         ),
-        (
-            "pool",
-            Worker::builder(db.pool(2)).threads(1).entrypoint("a", ok),
-        ),
     ];
     for (needle, builder) in cases {
         let err = builder.build().unwrap_err();
