@@ -76,43 +76,63 @@ const COUNT_EVERY: Duration = Duration::from_millis(10);
 /// [`COUNT_EVERY`]). A relaxed claim that is to count takes the window as it is sent, not
 /// when its count comes back: the two lanes claim at once, and each used to count while
 /// the other's count was still in flight, so a limited drain made more counting claims
-/// than there were windows (docs/benchmarks.md).
+/// than there were windows (docs/benchmarks.md). The window lasts at least twenty times
+/// what the last count took: counting reads every version of the jobs held, which a held
+/// snapshot keeps, and must not take over the claims' time then.
 #[derive(Default)]
-pub(crate) struct CountClock(std::sync::Mutex<Option<(Arc<Claimer>, Instant)>>);
+pub(crate) struct CountClock(std::sync::Mutex<CountWindow>);
+
+/// See [`CountClock`].
+#[derive(Default)]
+pub(crate) struct CountWindow {
+    last: Option<(Arc<Claimer>, Instant)>,
+    /// How long a window lasts now.
+    every: Option<Duration>,
+}
+
+impl CountWindow {
+    fn every(&self) -> Duration {
+        self.every.unwrap_or(COUNT_EVERY)
+    }
+}
 
 impl CountClock {
     /// Whether a relaxed claim of `claimer` sent at `now` counts: yes unless a claim of
-    /// the same claimer counted (or is counting) within [`COUNT_EVERY`] before. A claim
-    /// that counts takes the window.
+    /// the same claimer counted (or is counting) within the window before. A claim that
+    /// counts takes the window.
     pub(crate) fn take(&self, claimer: &Arc<Claimer>, now: Instant) -> bool {
-        let mut last = lock(&self.0);
-        let recent = last.as_ref().is_some_and(|(counted, at)| {
-            Arc::ptr_eq(counted, claimer) && now.saturating_duration_since(*at) < COUNT_EVERY
+        let mut window = lock(&self.0);
+        let every = window.every();
+        let recent = window.last.as_ref().is_some_and(|(counted, at)| {
+            Arc::ptr_eq(counted, claimer) && now.saturating_duration_since(*at) < every
         });
         if !recent {
-            *last = Some((Arc::clone(claimer), now));
+            window.last = Some((Arc::clone(claimer), now));
         }
         !recent
     }
 
-    /// A claim of `claimer` sent at `at` counted (careful claims always do): the window
-    /// starts there, unless a later claim has taken it since.
-    pub(crate) fn counted(&self, claimer: &Arc<Claimer>, at: Instant) {
-        let mut last = lock(&self.0);
-        if !last
+    /// A claim of `claimer` sent at `at` counted (careful claims always do), and came
+    /// back at `back`: the window starts there, unless a later claim has taken it since,
+    /// and lasts twenty times what the claim took, [`COUNT_EVERY`] at least.
+    pub(crate) fn counted(&self, claimer: &Arc<Claimer>, at: Instant, back: Instant) {
+        let mut window = lock(&self.0);
+        window.every = Some(COUNT_EVERY.max(back.saturating_duration_since(at) * 20));
+        if !window
+            .last
             .as_ref()
             .is_some_and(|(counted, since)| Arc::ptr_eq(counted, claimer) && *since >= at)
         {
-            *last = Some((Arc::clone(claimer), at));
+            window.last = Some((Arc::clone(claimer), at));
         }
     }
 
     /// The claim sent at `at`, which took the window, brought no count back: the window
     /// is free again (if no other claim has taken it since).
     pub(crate) fn release(&self, at: Instant) {
-        let mut last = lock(&self.0);
-        if last.as_ref().is_some_and(|(_, since)| *since == at) {
-            *last = None;
+        let mut window = lock(&self.0);
+        if window.last.as_ref().is_some_and(|(_, since)| *since == at) {
+            window.last = None;
         }
     }
 }
@@ -822,7 +842,7 @@ impl<'a> Dispatcher<'a> {
                     in_use: Some(_), ..
                 }),
                 Some(used),
-            ) => self.count_clock.counted(used, started),
+            ) => self.count_clock.counted(used, started, Instant::now()),
             // A count taken for this claim did not come back (an error, a lost race):
             // the next relaxed claim counts.
             _ if took_window => self.count_clock.release(started),
@@ -1170,7 +1190,7 @@ mod tests {
             !clock.take(&claimer, t0 + ms(1)),
             "the other lane's claim, sent while the count is in flight, does not"
         );
-        clock.counted(&claimer, t0);
+        clock.counted(&claimer, t0, t0);
         assert!(!clock.take(&claimer, t0 + COUNT_EVERY - ms(1)));
         assert!(
             clock.take(&claimer, t0 + COUNT_EVERY),
@@ -1181,6 +1201,22 @@ mod tests {
             clock.take(&renewed, t0 + COUNT_EVERY + ms(1)),
             "the first claim under new limits counts"
         );
+    }
+
+    /// A count that took long (a held snapshot keeps every version of the jobs held)
+    /// stretches the window to twenty times as long; a quick one brings it back.
+    #[test]
+    fn a_slow_count_spaces_the_next_ones_out() {
+        let claimer = Arc::new(Claimer::builder().entrypoint("e", 1000).build().unwrap());
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let clock = CountClock::default();
+        assert!(clock.take(&claimer, t0));
+        clock.counted(&claimer, t0, t0 + ms(5));
+        assert!(!clock.take(&claimer, t0 + ms(99)), "within 20 x 5 ms");
+        assert!(clock.take(&claimer, t0 + ms(100)));
+        clock.counted(&claimer, t0 + ms(100), t0 + ms(100));
+        assert!(clock.take(&claimer, t0 + ms(100) + COUNT_EVERY));
     }
 
     /// A count that did not come back frees the window for the next claim; a careful
@@ -1202,14 +1238,14 @@ mod tests {
         assert!(!clock.take(&claimer, t0 + ms(2)));
 
         let clock = CountClock::default();
-        clock.counted(&claimer, t0);
+        clock.counted(&claimer, t0, t0);
         assert!(
             !clock.take(&claimer, t0 + ms(5)),
             "a careful claim's count starts a window"
         );
         assert!(clock.take(&claimer, t0 + COUNT_EVERY));
         // A careful claim sent before the window was taken returns late.
-        clock.counted(&claimer, t0 + ms(3));
+        clock.counted(&claimer, t0 + ms(3), t0 + ms(3));
         assert!(
             !clock.take(&claimer, t0 + COUNT_EVERY + ms(5)),
             "an older count moved the window back"
