@@ -243,7 +243,12 @@ impl<'a> Dispatcher<'a> {
         let lead = Lead {
             conn: LoopConn::new(&self.config.pool),
             slots: SlotCursor::new(self.slot_shift),
-            reader: Reader::new(Instant::now(), self.config.heartbeat_interval()),
+            // With a second lane, that lane sweeps and looks for stale jobs.
+            reader: Reader::new(
+                Instant::now(),
+                self.config.heartbeat_interval(),
+                self.config.lanes < 2,
+            ),
             rng: Jitter::new(0),
             backoff: Duration::from_millis(50),
             rate_poll: RATE_MIN_WAIT,
@@ -667,8 +672,8 @@ impl<'a> Dispatcher<'a> {
         );
         // No later than the lane's next sweep or stale look: rows behind its floors, and
         // other workers' stale jobs, ring nothing.
-        let until = (Instant::now() + wait).min(lead.reader.look_by());
-        lead.quiet_until = Some(until);
+        let until = Instant::now() + wait;
+        lead.quiet_until = Some(lead.reader.look_by().map_or(until, |by| until.min(by)));
         Step::Again
     }
 
@@ -737,14 +742,27 @@ impl<'a> Dispatcher<'a> {
         let config = self.config;
         let mut conn = LoopConn::new(&config.pool);
         let mut slots = SlotCursor::new((self.slot_shift + 0.5).fract());
-        let mut reader = Reader::new(Instant::now(), config.heartbeat_interval());
+        let mut reader = Reader::new(Instant::now(), config.heartbeat_interval(), true);
         loop {
+            // Until claims come back full batches, or the next sweep or stale look.
+            let wait = reader
+                .look_by()
+                .map_or(config.dequeue_timeout, |by| {
+                    by.saturating_duration_since(Instant::now())
+                })
+                .max(Duration::from_millis(1));
             select! {
                 recv(self.second.wake_rx) -> _ => {},
                 recv(self.shutdown.receiver()) -> _ => {
                     self.release_unstarted();
                     return;
                 }
+                default(wait) => {}
+            }
+            if !self.second.batch_bound.load(Ordering::SeqCst)
+                && reader.look_by().is_some_and(|by| Instant::now() >= by)
+            {
+                self.sweep_or_look(&mut conn, &mut slots, &mut reader);
             }
             while !self.shutdown.is_shutdown()
                 && self.second.batch_bound.load(Ordering::SeqCst)
@@ -765,6 +783,28 @@ impl<'a> Dispatcher<'a> {
                         self.shutdown.sleep(Duration::from_millis(50));
                     }
                 }
+            }
+        }
+    }
+
+    /// The second lane's sweep or stale look, due now: one claim of what room there is
+    /// (a moment later when there is none).
+    fn sweep_or_look(&self, conn: &mut LoopConn<'_>, slots: &mut SlotCursor, reader: &mut Reader) {
+        let take = self.ledger.reserve(self.config.batch_size);
+        if take == 0 {
+            self.shutdown.sleep(Duration::from_millis(20));
+            return;
+        }
+        match self.claim(conn, slots, reader, take, false) {
+            Ok(claim) => {
+                let jobs = self.hold(claim.jobs);
+                if !jobs.is_empty() {
+                    self.ledger.hand_over(jobs);
+                }
+            }
+            Err(e) => {
+                log::warn!("pgqueuer sweep failed on the second connection: {e}");
+                self.shutdown.sleep(Duration::from_millis(50));
             }
         }
     }

@@ -16,7 +16,8 @@
 //! floors) finds them: one runs at least every [`SWEEP_EVERY`], and no more often than
 //! [`SWEEP_SHARE`] of the time allows given what the last one cost, so that sweeps take
 //! at most a twentieth of the lane's time however long the snapshot is held; a job behind
-//! a floor starts within that period. Stale jobs (another worker presumed dead) are looked
+//! a floor starts within that period. Where the worker has a second lane, that lane sweeps,
+//! so that no sweep delays the jobs the first lane claims. Stale jobs (another worker presumed dead) are looked
 //! for in the same way, every half heartbeat timeout (every 5 s at most) rather than in
 //! every claim: that search reads the heartbeat index's entries of every picked row
 //! version.
@@ -41,6 +42,10 @@ pub(crate) const SWEEP_SHARE: f64 = 0.05;
 /// One lane's way of reading (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Reader {
+    /// Whether this lane sweeps and looks for stale jobs: where a worker has a second
+    /// lane, that lane does both, so that a sweep's or a stale look's cost, which a long
+    /// hold makes tens of milliseconds, never delays the jobs the first lane claims.
+    sweeps: bool,
     floors: Floors,
     next_sweep: Instant,
     stale_every: Duration,
@@ -59,9 +64,11 @@ pub(crate) struct Plan {
 impl Reader {
     /// A reader whose first claim is a sweep that looks for stale jobs; it looks for them
     /// every `heartbeat_interval` (half the heartbeat timeout), or [`STALE_LOOK_EVERY`] if
-    /// that is sooner.
-    pub(crate) fn new(now: Instant, heartbeat_interval: Duration) -> Reader {
+    /// that is sooner. A reader that does not `sweeps` reads from the top only while it
+    /// has no floor, and never looks for stale jobs.
+    pub(crate) fn new(now: Instant, heartbeat_interval: Duration, sweeps: bool) -> Reader {
         Reader {
+            sweeps,
             floors: Floors::default(),
             next_sweep: now,
             stale_every: heartbeat_interval.min(STALE_LOOK_EVERY),
@@ -72,8 +79,8 @@ impl Reader {
     /// What the claim about to be sent is.
     pub(crate) fn plan(&self, now: Instant) -> Plan {
         Plan {
-            sweep: now >= self.next_sweep || self.floors.is_empty(),
-            stale: now >= self.next_stale,
+            sweep: self.floors.is_empty() || (self.sweeps && now >= self.next_sweep),
+            stale: self.sweeps && now >= self.next_stale,
         }
     }
 
@@ -106,11 +113,13 @@ impl Reader {
     /// rings for finds nothing from the floors), and stale jobs ring nothing.
     /// Without floors nothing can lie behind one: every claim reads from the top, and only
     /// the stale look is waited for.
-    pub(crate) fn look_by(&self) -> Instant {
-        if self.floors.is_empty() {
-            self.next_stale
+    pub(crate) fn look_by(&self) -> Option<Instant> {
+        if !self.sweeps {
+            None
+        } else if self.floors.is_empty() {
+            Some(self.next_stale)
         } else {
-            self.next_sweep.min(self.next_stale)
+            Some(self.next_sweep.min(self.next_stale))
         }
     }
 
@@ -136,7 +145,7 @@ mod tests {
     #[test]
     fn the_first_claim_sweeps_and_looks_for_stale_jobs_and_later_ones_read_from_the_floors() {
         let t0 = Instant::now();
-        let mut r = Reader::new(t0, Duration::from_secs(15));
+        let mut r = Reader::new(t0, Duration::from_secs(15), true);
         let plan = r.plan(t0);
         assert_eq!(
             plan,
@@ -173,13 +182,13 @@ mod tests {
     #[test]
     fn sweeps_come_every_second_while_cheap_and_take_a_twentieth_of_the_time_when_not() {
         let t0 = Instant::now();
-        let mut r = Reader::new(t0, Duration::from_secs(15));
+        let mut r = Reader::new(t0, Duration::from_secs(15), true);
         let plan = r.plan(t0);
         r.claimed(plan, t0, t0 + Duration::from_millis(3), &[job("a", 0, 1)]);
         assert!(!r.plan(t0 + Duration::from_millis(900)).sweep);
         let at = t0 + Duration::from_millis(1004);
         assert!(r.plan(at).sweep, "a second after a cheap sweep");
-        assert!(r.look_by() <= at);
+        assert!(r.look_by().is_some_and(|by| by <= at));
         // A sweep that took 200 ms: the next no sooner than 4 s after it.
         let plan = r.plan(at);
         r.claimed(plan, at, at + Duration::from_millis(200), &[job("a", 0, 2)]);
@@ -193,11 +202,11 @@ mod tests {
     #[test]
     fn without_floors_every_claim_reads_from_the_top_and_only_the_stale_look_is_awaited() {
         let t0 = Instant::now();
-        let mut r = Reader::new(t0, Duration::from_secs(15));
+        let mut r = Reader::new(t0, Duration::from_secs(15), true);
         let plan = r.plan(t0);
         r.claimed(plan, t0, t0, &[]);
         assert!(r.plan(t0 + Duration::from_millis(5)).sweep);
-        assert_eq!(r.look_by(), t0 + Duration::from_secs(15));
+        assert_eq!(r.look_by(), Some(t0 + STALE_LOOK_EVERY));
         // A sweep that finds nothing keeps the floors it had.
         r.claimed(plan, t0, t0, &[job("a", 0, 7)]);
         let later = t0 + Duration::from_secs(2);
@@ -208,15 +217,40 @@ mod tests {
     }
 
     #[test]
+    fn a_lane_that_does_not_sweep_reads_from_its_floors_and_never_looks_for_stale_jobs() {
+        let t0 = Instant::now();
+        let mut r = Reader::new(t0, Duration::from_secs(15), false);
+        let plan = r.plan(t0);
+        assert_eq!(
+            plan,
+            Plan {
+                sweep: true,
+                stale: false
+            },
+            "no floor yet"
+        );
+        r.claimed(plan, t0, t0, &[job("a", 0, 3)]);
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(
+            r.plan(later),
+            Plan {
+                sweep: false,
+                stale: false
+            }
+        );
+        assert_eq!(r.look_by(), None);
+    }
+
+    #[test]
     fn stale_jobs_are_looked_for_every_half_heartbeat_timeout_and_every_5_s_at_most() {
         let t0 = Instant::now();
-        let mut r = Reader::new(t0, Duration::from_secs(2));
+        let mut r = Reader::new(t0, Duration::from_secs(2), true);
         let plan = r.plan(t0);
         r.claimed(plan, t0, t0, &[job("a", 0, 1)]);
         assert!(!r.plan(t0 + Duration::from_millis(1_900)).stale);
         assert!(r.plan(t0 + Duration::from_secs(2)).stale);
-        assert_eq!(r.look_by(), t0 + SWEEP_EVERY);
-        let mut r = Reader::new(t0, Duration::from_secs(15));
+        assert_eq!(r.look_by(), Some(t0 + SWEEP_EVERY));
+        let mut r = Reader::new(t0, Duration::from_secs(15), true);
         let plan = r.plan(t0);
         r.claimed(plan, t0, t0, &[]);
         assert!(!r.plan(t0 + Duration::from_millis(4_900)).stale);
