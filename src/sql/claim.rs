@@ -124,6 +124,44 @@ impl ClaimSql {
             .flatten()
             .map(String::as_str)
     }
+
+    /// Every shape with a name that says what it is (`claim-relaxed-budget-ending`), for
+    /// the rendered statements checked in beside this file (`src/sql/rendered/`).
+    #[cfg(test)]
+    pub(crate) fn named_shapes(&self) -> Vec<(String, &str)> {
+        let name = |kind: &str, budget: usize, ending: usize| {
+            let mut n = format!("claim-{kind}");
+            if budget == 1 {
+                n.push_str("-budget");
+            }
+            if ending == 1 {
+                n.push_str("-ending");
+            }
+            n
+        };
+        let mut out = Vec::new();
+        for (g, gating) in ["unlimited", "careful", "relaxed"].iter().enumerate() {
+            for b in 0..2 {
+                for e in 0..2 {
+                    out.push((name(gating, b, e), self.shapes[g][b][e].as_str()));
+                }
+            }
+        }
+        for (r, kind) in ["rated-careful", "rated-relaxed"].iter().enumerate() {
+            for b in 0..2 {
+                for e in 0..2 {
+                    out.push((name(kind, b, e), self.rated[r][b][e].as_str()));
+                }
+            }
+        }
+        for b in 0..2 {
+            for e in 0..2 {
+                out.push((name("rated-unslotted", b, e), self.rated_unslotted[b][e].as_str()));
+                out.push((name("relaxed-uncounted", b, e), self.uncounted[b][e].as_str()));
+            }
+        }
+        out
+    }
 }
 
 /// Renders one shape of the claim statement.

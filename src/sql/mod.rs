@@ -243,6 +243,65 @@ pub(crate) const SESSION_RAW_TEXT_IN_SQL_ASCII: &str = "SELECT set_config('clien
 mod tests {
     use super::*;
 
+    /// Every statement a worker runs per claim or per job, rendered for the default
+    /// names, is checked in as SQL under `src/sql/rendered/`, one file each, so that a
+    /// reviewer reads (and diffs) what the database runs. A change of the renderer that
+    /// changes a statement fails here until the files are written again:
+    /// `PGQ_BLESS_SQL=1 cargo test --lib rendered`.
+    #[test]
+    fn rendered_statements_match_the_files_checked_in() {
+        let s = crate::settings::Settings::default();
+        let claims = claim::ClaimSql::new(&s);
+        let mut statements: Vec<(String, String)> = claims
+            .named_shapes()
+            .into_iter()
+            .map(|(name, sql)| (name, sql.to_owned()))
+            .collect();
+        statements.extend([
+            ("complete-many".into(), claim::queue_complete_many(&s)),
+            ("complete-plain".into(), claim::queue_complete_plain(&s)),
+            ("heartbeat-many".into(), claim::queue_heartbeat_many(&s)),
+            ("retry".into(), claim::queue_retry(&s)),
+            ("release-many".into(), claim::queue_release_many(&s)),
+            ("next-due".into(), claim::queue_next_due(&s)),
+            ("next-due-recent".into(), claim::queue_next_due_recent(&s)),
+            ("slots-in-use".into(), claim::queue_slots_in_use(&s)),
+        ]);
+        let q = queue::QueueSql::new(&s);
+        statements.extend([
+            ("enqueue-raise".into(), q.insert_many_raise),
+            ("enqueue-skip".into(), q.insert_many_skip),
+            ("enqueue-update-priority".into(), q.insert_many_update_priority),
+        ]);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sql/rendered");
+        let bless = std::env::var_os("PGQ_BLESS_SQL").is_some();
+        let mut stale = Vec::new();
+        for (name, sql) in &statements {
+            let path = dir.join(format!("{name}.sql"));
+            let text = format!("-- Rendered by src/sql for the default names; do not edit.\n{sql};\n");
+            if bless {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &text).unwrap();
+            } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(name.clone());
+            }
+        }
+        let names: std::collections::HashSet<String> =
+            statements.iter().map(|(n, _)| format!("{n}.sql")).collect();
+        let extra: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|f| !names.contains(f))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            stale.is_empty() && extra.is_empty(),
+            "src/sql/rendered/ is out of date: changed {stale:?}, left over {extra:?}; \
+             write it again with PGQ_BLESS_SQL=1 cargo test --lib rendered"
+        );
+    }
+
     #[test]
     fn quoting_doubles_quotes() {
         assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");

@@ -1,0 +1,121 @@
+-- Rendered by src/sql for the default names; do not edit.
+WITH
+job_status AS (
+    SELECT UNNEST($7::bigint[]) AS id, UNNEST($8::text[])::pgqueuer_status AS status, UNNEST($9::text[])::jsonb AS traceback
+),
+owned AS (
+    SELECT owned_row.tid, owned_row.id FROM (SELECT DISTINCT UNNEST($7::bigint[]) AS id) AS wanted
+    CROSS JOIN LATERAL (
+        SELECT ctid AS tid, id FROM pgqueuer
+        WHERE id = wanted.id AND queue_manager_id IS NOT DISTINCT FROM $3::uuid
+        FOR UPDATE SKIP LOCKED
+    ) owned_row
+),
+ending AS (
+    SELECT o.tid, js.id, js.status, js.traceback FROM owned o JOIN job_status js ON js.id = o.id
+),
+deleted AS (
+    DELETE FROM pgqueuer
+    WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status <> 'failed'))
+    RETURNING id, entrypoint, priority
+),
+held AS (
+    UPDATE pgqueuer SET status = 'failed', updated = NOW(), queue_manager_id = NULL
+    WHERE ctid = ANY(ARRAY(SELECT tid FROM ending WHERE status = 'failed'))
+    RETURNING id, entrypoint, priority
+),
+ended_rows AS (
+    SELECT * FROM deleted UNION ALL SELECT * FROM held
+),
+log_end AS (
+    INSERT INTO pgqueuer_log (job_id, status, entrypoint, priority, traceback)
+    SELECT e.id, e.status, m.entrypoint, m.priority, e.traceback
+    FROM ending e JOIN ended_rows m ON m.id = e.id
+    RETURNING job_id
+),
+params AS (
+    SELECT u.entrypoint, u.concurrency_limit, u.ord
+    FROM UNNEST($2::text[], $5::bigint[]) WITH ORDINALITY AS u(entrypoint, concurrency_limit, ord)
+),
+picked AS (
+    SELECT entrypoint, COUNT(*) AS total,
+           COUNT(*) FILTER (WHERE slot IS NULL) AS unslotted FROM pgqueuer
+    WHERE entrypoint = ANY($2::text[]) AND queue_manager_id IS NOT NULL AND id <> ALL(ARRAY(SELECT id FROM ended_rows))
+    GROUP BY entrypoint
+),
+available AS (
+    SELECT p.entrypoint, p.concurrency_limit,
+           CASE WHEN p.concurrency_limit > 0 THEN p.concurrency_limit - COALESCE(k.total, 0) END AS remaining
+    FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint
+    WHERE p.concurrency_limit <= 0 OR COALESCE(k.total, 0) < p.concurrency_limit
+),
+next_queued AS (
+    SELECT c.tid, c.id, c.priority, c.entrypoint FROM available a
+    CROSS JOIN LATERAL (
+        SELECT ($10::int4[])[o.k] AS level, ($11::int8[])[o.k] AS fid
+        FROM (SELECT array_position($2::text[], a.entrypoint) AS k) o
+    ) fl
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT ctid AS tid, id, priority, entrypoint FROM pgqueuer
+            WHERE entrypoint = a.entrypoint AND status = 'queued' AND execute_after < NOW() AND priority >= COALESCE(fl.level + 1, -2147483648)
+            ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.remaining, $1::int)) FOR UPDATE SKIP LOCKED
+        ) above
+        UNION ALL
+        SELECT * FROM (
+            SELECT ctid AS tid, id, priority, entrypoint FROM pgqueuer
+            WHERE entrypoint = a.entrypoint AND status = 'queued' AND execute_after < NOW() AND priority = fl.level AND id >= fl.fid
+            ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.remaining, $1::int)) FOR UPDATE SKIP LOCKED
+        ) at_floor
+        UNION ALL
+        SELECT * FROM (
+            SELECT ctid AS tid, id, priority, entrypoint FROM pgqueuer
+            WHERE entrypoint = a.entrypoint AND status = 'queued' AND execute_after < NOW() AND priority < fl.level
+            ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.remaining, $1::int)) FOR UPDATE SKIP LOCKED
+        ) below
+        ORDER BY priority DESC, id ASC LIMIT LEAST($1::int, COALESCE(a.remaining, $1::int))
+    ) c
+    WHERE TRUE
+    ORDER BY c.priority DESC, c.id ASC LIMIT $1::int
+),
+next_stale AS (
+    SELECT ctid AS tid, id, priority, entrypoint FROM pgqueuer
+    WHERE $12::bool AND status = 'picked' AND entrypoint = ANY($2::text[])
+      AND heartbeat < NOW() - $4::bigint * INTERVAL '1 microsecond'
+      AND execute_after < NOW()
+    ORDER BY priority DESC, id ASC
+    FOR UPDATE SKIP LOCKED
+    LIMIT $1::int
+),
+eligible AS (
+    SELECT tid, id, priority, entrypoint FROM (
+        SELECT tid, id, priority, entrypoint FROM next_queued
+        UNION ALL
+        SELECT tid, id, priority, entrypoint FROM next_stale
+    ) u ORDER BY priority DESC, id ASC LIMIT $1::int
+),
+claimed AS (
+    UPDATE pgqueuer job
+    SET status = 'picked', updated = NOW(), heartbeat = NOW(), queue_manager_id = $3::uuid,
+        slot = CASE WHEN job.status = 'queued' AND ($5::bigint[])[array_position($2::text[], job.entrypoint)] > 0
+            THEN ((floor(($5::bigint[])[array_position($2::text[], job.entrypoint)] * $6::float8)::bigint
+                   + array_position(ARRAY(SELECT tid FROM eligible), job.ctid) - 1) % ($5::bigint[])[array_position($2::text[], job.entrypoint)])
+            ELSE job.slot END
+    WHERE job.ctid = ANY(ARRAY(SELECT tid FROM eligible))
+    RETURNING job.*
+),
+log_pick AS (
+    INSERT INTO pgqueuer_log (job_id, status, entrypoint, priority)
+    SELECT id, status, entrypoint, priority FROM claimed
+)
+SELECT id, priority, queue_manager_id, created, updated, heartbeat, execute_after, status::text AS status, entrypoint, dedupe_key, payload, headers, attempts, slot, 0::bigint AS contended,
+       inuse.in_use, inuse.unguarded, ended.ids AS ended FROM (SELECT ARRAY(SELECT job_id FROM log_end) AS ids) ended CROSS JOIN (
+    SELECT ARRAY(SELECT COALESCE(k.total, 0) FROM params p LEFT JOIN picked k ON k.entrypoint = p.entrypoint ORDER BY p.ord) AS in_use,
+           (EXISTS (SELECT 1 FROM params p WHERE p.concurrency_limit > 0
+               AND ((SELECT max(h.slot) FROM pgqueuer h WHERE h.entrypoint = p.entrypoint
+                     AND h.status = 'picked' AND h.slot IS NOT NULL) >= p.concurrency_limit
+                 OR (SELECT min(h.slot) FROM pgqueuer h WHERE h.entrypoint = p.entrypoint
+                     AND h.status = 'picked' AND h.slot IS NOT NULL) < 0))
+            OR EXISTS (SELECT 1 FROM params p JOIN picked k ON k.entrypoint = p.entrypoint
+                       WHERE p.concurrency_limit > 0 AND k.unslotted > 0)) AS unguarded
+) inuse LEFT JOIN claimed ON TRUE ORDER BY priority DESC, id ASC;
