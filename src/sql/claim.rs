@@ -156,8 +156,14 @@ impl ClaimSql {
         }
         for b in 0..2 {
             for e in 0..2 {
-                out.push((name("rated-unslotted", b, e), self.rated_unslotted[b][e].as_str()));
-                out.push((name("relaxed-uncounted", b, e), self.uncounted[b][e].as_str()));
+                out.push((
+                    name("rated-unslotted", b, e),
+                    self.rated_unslotted[b][e].as_str(),
+                ));
+                out.push((
+                    name("relaxed-uncounted", b, e),
+                    self.uncounted[b][e].as_str(),
+                ));
             }
         }
         out

@@ -271,14 +271,18 @@ mod tests {
         statements.extend([
             ("enqueue-raise".into(), q.insert_many_raise),
             ("enqueue-skip".into(), q.insert_many_skip),
-            ("enqueue-update-priority".into(), q.insert_many_update_priority),
+            (
+                "enqueue-update-priority".into(),
+                q.insert_many_update_priority,
+            ),
         ]);
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sql/rendered");
         let bless = std::env::var_os("PGQ_BLESS_SQL").is_some();
         let mut stale = Vec::new();
         for (name, sql) in &statements {
             let path = dir.join(format!("{name}.sql"));
-            let text = format!("-- Rendered by src/sql for the default names; do not edit.\n{sql};\n");
+            let text =
+                format!("-- Rendered by src/sql for the default names; do not edit.\n{sql};\n");
             if bless {
                 std::fs::create_dir_all(&dir).unwrap();
                 std::fs::write(&path, &text).unwrap();

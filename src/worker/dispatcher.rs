@@ -127,6 +127,13 @@ impl CountClock {
         }
     }
 
+    /// When the window ends, if a claim has counted.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        let window = lock(&self.0);
+        let every = window.every();
+        window.last.as_ref().map(|(_, at)| *at + every)
+    }
+
     /// The claim sent at `at`, which took the window, brought no count back: the window
     /// is free again (if no other claim has taken it since).
     pub(crate) fn release(&self, at: Instant) {
@@ -243,11 +250,12 @@ impl<'a> Dispatcher<'a> {
         let lead = Lead {
             conn: LoopConn::new(&self.config.pool),
             slots: SlotCursor::new(self.slot_shift),
-            // With a second lane, that lane sweeps and looks for stale jobs.
+            // With a second lane, that lane sweeps and looks for stale jobs; a drain, which
+            // must see every job before it stops, does both on this lane too.
             reader: Reader::new(
                 Instant::now(),
                 self.config.heartbeat_interval(),
-                self.config.lanes < 2,
+                self.config.lanes < 2 || self.drain,
             ),
             rng: Jitter::new(0),
             backoff: Duration::from_millis(50),
@@ -744,9 +752,14 @@ impl<'a> Dispatcher<'a> {
         let mut slots = SlotCursor::new((self.slot_shift + 0.5).fract());
         let mut reader = Reader::new(Instant::now(), config.heartbeat_interval(), true);
         loop {
-            // Until claims come back full batches, or the next sweep or stale look.
-            let wait = reader
-                .look_by()
+            // Until claims come back full batches, or the next sweep, stale look or count
+            // (while relaxed claims of limits count on this lane only).
+            let count_by = self.count_by();
+            let by = match (reader.look_by(), count_by) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let wait = by
                 .map_or(config.dequeue_timeout, |by| {
                     by.saturating_duration_since(Instant::now())
                 })
@@ -759,8 +772,10 @@ impl<'a> Dispatcher<'a> {
                 }
                 default(wait) => {}
             }
+            let now = Instant::now();
             if !self.second.batch_bound.load(Ordering::SeqCst)
-                && reader.look_by().is_some_and(|by| Instant::now() >= by)
+                && (reader.look_by().is_some_and(|by| now >= by)
+                    || self.count_by().is_some_and(|by| now >= by))
             {
                 self.sweep_or_look(&mut conn, &mut slots, &mut reader);
             }
@@ -787,8 +802,19 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// The second lane's sweep or stale look, due now: one claim of what room there is
-    /// (a moment later when there is none).
+    /// When the second lane should claim to count the slots in use: while claims of
+    /// limits are relaxed, at the end of the count window (a claim that counts starts
+    /// the next).
+    fn count_by(&self) -> Option<Instant> {
+        let gated = self.limits.claimer().is_some_and(|c| c.is_capacity_gated());
+        if !(gated && self.relaxed.load(Ordering::SeqCst)) {
+            return None;
+        }
+        Some(self.count_clock.next_due().unwrap_or_else(Instant::now))
+    }
+
+    /// The second lane's sweep, stale look or count, due now: one claim of what room
+    /// there is (a moment later when there is none).
     fn sweep_or_look(&self, conn: &mut LoopConn<'_>, slots: &mut SlotCursor, reader: &mut Reader) {
         let take = self.ledger.reserve(self.config.batch_size);
         if take == 0 {
@@ -849,8 +875,13 @@ impl<'a> Dispatcher<'a> {
             (Some(_), Some(leased)) => Some(&leased.plain),
             (claimer, _) => claimer.as_ref(),
         };
-        // Careful claims always count; a relaxed one of limits once per window.
+        // Careful claims always count; a relaxed one of limits once per window, on the
+        // second lane where there is one: a count reads every version of the jobs held,
+        // which a held snapshot makes tens of milliseconds, and the first lane's claims
+        // carry the jobs that must start at once.
+        let counts_here = self.config.lanes < 2 || !fold;
         let took_window = relaxed
+            && counts_here
             && used.is_some_and(|used| {
                 used.is_capacity_gated() && self.count_clock.take(used, started)
             });

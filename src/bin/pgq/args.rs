@@ -49,7 +49,9 @@ Environment:
   PGQUEUER_DSN, PGDSN, DATABASE_URL, then PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE:
       where to connect, in that order, unless --dsn is given
   PGQUEUER_POOLER: transaction when connecting through a pooler in transaction mode
-      (PgBouncer pool_mode = transaction); direct (the default) otherwise
+      (PgBouncer pool_mode = transaction), transaction-prepared when that pooler keeps
+      prepared statements (PgBouncer 1.21+, max_prepared_statements); direct (the
+      default) otherwise
   PGQUEUER_LISTEN_DSN: with PGQUEUER_POOLER=transaction, a direct DSN for pgq listen
       and for pgq web's live updates
   PGQUEUER_WEB_USER, PGQUEUER_WEB_PASSWORD: HTTP Basic credentials for pgq web
