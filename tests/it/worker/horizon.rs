@@ -332,3 +332,139 @@ fn health_names_what_holds_the_horizon() {
         .batch_execute("SELECT pg_drop_replication_slot('cdc_slot')")
         .unwrap();
 }
+
+/// Runs 5,000 jobs of `entrypoint` through a worker of `pool`, so that a held snapshot
+/// keeps their index entries: what a claim from the top would walk.
+fn dead_behind(db: &TestDb, entrypoint: &str) {
+    let queue = Queue::new(db.pool(2));
+    for _ in 0..5 {
+        let jobs: Vec<NewJob> = (0..1_000).map(|_| NewJob::new(entrypoint, "x")).collect();
+        queue.enqueue_many(&jobs).unwrap();
+    }
+    Worker::builder(db.pool(6))
+        .threads(4)
+        .entrypoint(entrypoint, |_job, _ctx| Ok(()))
+        .build()
+        .unwrap()
+        .run_until_empty()
+        .unwrap();
+}
+
+/// While a snapshot is held, a Python PgQueuer 1.6.0 worker and a Rust worker share an
+/// entrypoint limited to 3: 300 jobs each run once, and no more than 3 handlers ever run
+/// at once (swept from runs on the database clock).
+#[test]
+fn limits_stay_exact_with_python_workers_while_a_snapshot_is_held() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    crate::limits::create_runs_table(&mut client);
+    let _holder = hold_snapshot(&db);
+    dead_behind(&db, "ltd");
+    let queue = Queue::new(db.pool(2));
+    let jobs: Vec<NewJob> = (0..300).map(|i| NewJob::new("ltd", format!("{i}"))).collect();
+    let ids = queue.enqueue_many(&jobs).unwrap();
+    let python = crate::python::spawn_script(
+        &db,
+        "worker.py",
+        &serde_json::json!({
+            "entrypoint": "ltd", "behaviour": "record_run", "concurrency_limit": 3,
+            "sleep_s": 0.02, "timeout_s": 120, "name": "py",
+        }),
+        Duration::from_secs(150),
+    );
+    let pool = db.pool(6);
+    let record = db.pool(4);
+    let rust = Worker::builder(pool)
+        .threads(4)
+        .entrypoint(Entrypoint::new("ltd").concurrency_limit(3), move |job, _ctx| {
+            let mut conn = record.get()?;
+            let started: std::time::SystemTime =
+                conn.query_one("SELECT clock_timestamp()", &[])?.get(0);
+            std::thread::sleep(Duration::from_millis(20));
+            conn.execute(
+                "INSERT INTO interop_runs VALUES ($1, $2, clock_timestamp(), 'rust')",
+                &[&job.id, &started],
+            )?;
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    eventually(Duration::from_secs(120), "300 jobs run", || {
+        crate::faults::checks::unfinished(&mut client, &ids).is_empty()
+    });
+    rust.shutdown_handle().shutdown();
+    rust.join().unwrap();
+    python.finish();
+    let (runs, peak, python_runs): (i64, i64, i64) = {
+        let row = client
+            .query_one(
+                "WITH r AS (SELECT * FROM interop_runs WHERE job_id = ANY($1)),
+                      ev AS (SELECT started AS t, 1 AS d FROM r UNION ALL SELECT finished, -1 FROM r)
+                 SELECT (SELECT count(*) FROM r),
+                        (SELECT coalesce(max(n), 0) FROM (SELECT sum(d) OVER (ORDER BY t, d) AS n FROM ev) s)::bigint,
+                        (SELECT count(*) FROM r WHERE worker = 'py')",
+                &[&ids],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    eprintln!("{runs} runs, {python_runs} by Python, at most {peak} at once");
+    assert_eq!(runs, 300, "every job ran once");
+    assert!(python_runs > 0, "the Python worker took part");
+    assert!(peak <= 3, "{peak} handlers ran at once");
+}
+
+/// While a snapshot is held, a worker process is SIGKILLed holding a long job: a worker
+/// of this process re-picks it once its heartbeat is stale (timeout 2 s), within the
+/// stale looks' period of it.
+#[test]
+fn a_killed_workers_job_is_rescued_while_a_snapshot_is_held() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    let _holder = hold_snapshot(&db);
+    dead_behind(&db, "long");
+    let mut victim = crate::faults::process::Proc::spawn(
+        "victim",
+        &db.dsn(),
+        &crate::faults::process::worker_args(
+            &[("long", 0, 60_000, 0)],
+            &["--threads", "1", "--heartbeat-timeout", "2"],
+        ),
+    );
+    victim.wait_running(Duration::from_secs(30));
+    let id = Queue::new(db.pool(2))
+        .enqueue(NewJob::new("long", "x"))
+        .unwrap();
+    eventually(Duration::from_secs(30), "the victim picks the job", || {
+        scalar::<i64>(
+            &mut client,
+            &format!("SELECT count(*) FROM pgqueuer WHERE id = {id} AND status = 'picked'"),
+        ) == 1
+    });
+    victim.kill9();
+    let killed = Instant::now();
+    let (rescued_tx, rescued_rx) = crossbeam_channel::bounded(1);
+    let rescuer = Worker::builder(db.pool(6))
+        .threads(2)
+        .heartbeat_timeout(Duration::from_secs(2))
+        .entrypoint("long", move |_job, _ctx| {
+            let _ = rescued_tx.try_send(Instant::now());
+            Ok(())
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    let rescued = rescued_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the killed worker's job was rescued");
+    let took = rescued - killed;
+    eprintln!("rescued {took:?} after the kill");
+    // Stale 2 s after its last beat, looked for every second.
+    assert!(took < Duration::from_secs(8), "rescued {took:?} after the kill");
+    rescuer.shutdown_handle().shutdown();
+    rescuer.join().unwrap();
+    assert_eq!(crate::harness::log_of(&mut client, id).last().map(String::as_str), Some("successful"));
+}
