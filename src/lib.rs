@@ -83,6 +83,10 @@
 //! schedule whose scheduler died is taken over after 30 s. [`schedules`] lists and
 //! removes the rows.
 
+// docs.rs builds with `--cfg docsrs` on a nightly toolchain, and marks each feature's
+// items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod claim;
 mod connect;
 mod cron;
@@ -97,6 +101,7 @@ mod job;
 mod lock;
 mod loop_conn;
 #[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
 pub mod ops;
 mod payload;

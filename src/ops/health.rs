@@ -325,7 +325,43 @@ pub fn health<C: GenericClient>(
     Ok(verdict_of(reasons, health))
 }
 
+/// What a probe asks of a [`Health`] ([`Health::passes`]): an orchestrator restarts what
+/// fails its liveness probe and sends no work to what fails its readiness probe, so
+/// neither may fail for what a person reads and acts on (held failures, stale jobs of a
+/// dead worker, a held horizon, a slot over a limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Probe {
+    /// Fails only when no worker can work: the database cannot be read (the check
+    /// fails) or the schema lacks what a worker needs.
+    Liveness,
+    /// Fails as liveness does, and also when work stalls or the backlog grows faster than
+    /// the queue's throughput.
+    Readiness,
+}
+
+impl Probe {
+    /// `liveness` or `readiness`.
+    pub fn parse(text: &str) -> Option<Probe> {
+        match text {
+            "liveness" => Some(Probe::Liveness),
+            "readiness" => Some(Probe::Readiness),
+            _ => None,
+        }
+    }
+}
+
 impl Health {
+    /// Whether this health passes `probe` (a health that could not be read fails every
+    /// probe: the caller has an error, not a `Health`).
+    pub fn passes(&self, probe: Probe) -> bool {
+        let failing: &[&str] = match probe {
+            Probe::Liveness => &["schema"],
+            Probe::Readiness => &["schema", "stalled", "backlog_growing"],
+        };
+        !self.reasons.iter().any(|r| failing.contains(&r.code))
+    }
+
     fn empty() -> Health {
         Health {
             verdict: Verdict::Ok,

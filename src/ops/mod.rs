@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 use crate::time::python_time;
 
 pub use crate::horizon::{HolderKind, HorizonHolder, holders as horizon_holders};
-pub use health::{Health, HealthOptions, Reason as HealthReason, Verdict, health};
+pub use health::{Health, HealthOptions, Probe, Reason as HealthReason, Verdict, health};
 pub use insight::{
     AUDIT_RESOLUTION, ActiveWorker, AuditedEntrypoint, ConnectionTls, LimitAudit, QueueAge,
     RateUse, SlotUse, StaleJob, Throughput, active_workers, connection_tls, limit_audit, queue_age,

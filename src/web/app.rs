@@ -294,8 +294,17 @@ impl App {
             (_, ["workers"]) if read => self.workers(r),
             (_, ["schedules"]) if read => self.schedules(),
             (_, ["system"]) if read => self.system(),
+            (_, ["healthz"]) if read && r.param("probe").is_some() => {
+                let kind = r.param("probe").unwrap_or_default();
+                match crate::ops::Probe::parse(kind) {
+                    Some(probe) => Ok(self.deep_health(Some(probe))),
+                    None => Err(Problem::BadRequest(format!(
+                        "probe={kind} is not liveness or readiness"
+                    ))),
+                }
+            }
             (_, ["healthz"]) if read && r.param("deep").is_some_and(|d| d != "0") => {
-                Ok(self.deep_health())
+                Ok(self.deep_health(None))
             }
             (_, ["healthz"]) if read => Ok(self.healthz()),
             (_, ["metrics"]) if read => self.metrics(),

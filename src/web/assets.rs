@@ -22,6 +22,7 @@ header a.here, header a:hover { color: #fff; text-decoration: underline; }
 main { padding: 1rem; max-width: 80rem; margin: 0 auto; }
 h1 { font-size: 1.35rem; margin: .25rem 0 1rem; }
 h2 { font-size: 1.1rem; margin: 1.5rem 0 .5rem; }
+.banner { background: #fff4d6; color: #5a4300; border: 1px solid #e2c46a; border-radius: .5rem; padding: .6rem .8rem; margin: 0 0 1rem; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(9rem, 1fr)); gap: .75rem; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: .5rem; padding: .6rem .8rem; }
 .card .n { font-size: 1.5rem; font-weight: 600; }

@@ -11,11 +11,17 @@ use crate::job::{JobId, Status};
 impl App {
     pub(super) fn overview(&self) -> Handled {
         let s = &self.settings;
-        let (entrypoints, buckets, workers, now) = self.read(|tx| {
+        let (entrypoints, buckets, workers, horizon, now) = self.read(|tx| {
+            let options = crate::ops::HealthOptions::default();
             Ok((
                 data::entrypoint_counts(tx, &self.sql, None, None, data::SHOWN_ENTRYPOINTS)?,
                 self.buckets(tx, None)?,
                 crate::ops::active_workers(tx, s)?.len(),
+                crate::horizon::long_held(
+                    crate::horizon::holders(tx)?,
+                    self.options.horizon_after,
+                    options.horizon_xid_after,
+                ),
                 SystemTime::now(),
             ))
         })?;
@@ -26,6 +32,7 @@ impl App {
                 entrypoints: &entrypoints,
                 buckets: &buckets,
                 workers,
+                horizon: &horizon,
                 now,
             }),
         )
@@ -275,16 +282,18 @@ impl App {
     /// `/healthz?deep=1`: the queue's health verdict ([`crate::ops::health`]) as JSON;
     /// 200 for OK and DEGRADED (the queue works), 503 for STALLED and when the database
     /// cannot say, so a load balancer or an uptime check can act on the status alone.
-    pub(super) fn deep_health(&self) -> Reply {
+    /// With `?probe=liveness` or `?probe=readiness`, 503 where the probe fails
+    /// ([`crate::ops::Health::passes`]).
+    pub(super) fn deep_health(&self, probe: Option<crate::ops::Probe>) -> Reply {
         let s = &self.settings;
         let options = crate::ops::HealthOptions::default();
         match self.read(|tx| crate::ops::health(tx, s, &options)) {
             Ok(health) => {
-                let status = if health.verdict == crate::ops::Verdict::Stalled {
-                    503
-                } else {
-                    200
+                let fails = match probe {
+                    Some(probe) => !health.passes(probe),
+                    None => health.verdict == crate::ops::Verdict::Stalled,
                 };
+                let status = if fails { 503 } else { 200 };
                 Reply::text(
                     status,
                     "application/json",

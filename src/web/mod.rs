@@ -135,6 +135,10 @@ pub struct WebOptions {
     /// `pgqueuer_stale_picked_jobs`), unless the request says `?stale_after=seconds`.
     /// Defaults to 5 min.
     pub stale_after: Duration,
+    /// A session or prepared transaction that has held the MVCC horizon this long is
+    /// named in a banner on the overview (see `pgq health`'s `horizon_held`). Defaults to
+    /// 5 min.
+    pub horizon_after: Duration,
     /// Threads answering page requests (event streams and the HTTP work itself run on
     /// one thread of their own). Defaults to 4.
     pub threads: usize,
@@ -171,6 +175,7 @@ impl Default for WebOptions {
             checkout_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
             stale_after: Duration::from_secs(300),
+            horizon_after: Duration::from_secs(300),
             threads: 4,
             max_connections: 256,
             max_connections_per_client: 128,
@@ -194,6 +199,7 @@ impl std::fmt::Debug for WebOptions {
             .field("checkout_timeout", &self.checkout_timeout)
             .field("statement_timeout", &self.statement_timeout)
             .field("stale_after", &self.stale_after)
+            .field("horizon_after", &self.horizon_after)
             .field("threads", &self.threads)
             .field("max_connections", &self.max_connections)
             .field(
@@ -287,6 +293,7 @@ impl WebOptions {
             ("header_read_timeout", self.header_read_timeout),
             ("body_read_timeout", self.body_read_timeout),
             ("write_timeout", self.write_timeout),
+            ("horizon_after", self.horizon_after),
         ] {
             if value < Duration::from_millis(1) || value > MAX_TIMEOUT {
                 return Err(Error::invalid(

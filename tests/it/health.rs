@@ -300,3 +300,60 @@ fn a_worker_whose_completer_cannot_write_reports_itself_unhealthy() {
     });
     worker.join().unwrap();
 }
+
+/// `pgq health --probe liveness` passes (exit 0) with held failures, stale jobs and a
+/// growing backlog, which are a person's to read, and fails with the schema missing or
+/// the database out of reach; `--probe readiness` fails where work stalls. The dashboard's
+/// `/healthz?probe=` answers 200 or 503 the same way.
+#[test]
+fn probes_fail_only_for_what_a_restart_or_a_drain_of_traffic_can_help() {
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "INSERT INTO pgqueuer (priority, entrypoint, payload, status) \
+             SELECT 0, 'held', 'x', 'failed' FROM generate_series(1, 5);
+             INSERT INTO pgqueuer (priority, entrypoint, payload, status, heartbeat, queue_manager_id) \
+             VALUES (0, 'gone', 'x', 'picked', now() - interval '1 hour', gen_random_uuid());
+             INSERT INTO pgqueuer (priority, entrypoint, payload, status, execute_after) \
+             SELECT 0, 'waiting', 'x', 'queued', now() - interval '10 minutes' FROM generate_series(1, 50);
+             INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint) \
+             SELECT g, 'queued', 0, 'waiting' FROM generate_series(1, 50) g;",
+        )
+        .unwrap();
+    let (code, out) = pgq_health(&db, &[]);
+    assert_ne!(code, 0, "the plain check reports it: {out}");
+    let (code, out) = pgq_health(&db, &["--probe", "liveness"]);
+    assert_eq!(
+        code, 0,
+        "liveness passes with held failures and a backlog: {out}"
+    );
+    assert!(out.contains("failed_jobs_held"), "and says so: {out}");
+    let (code, out) = pgq_health(&db, &["--probe", "readiness", "--stall-after", "1s"]);
+    assert_eq!(code, 1, "readiness fails while due work stalls: {out}");
+
+    let web = crate::web::dashboard(&db, pgqueuer::web::WebOptions::default());
+    assert_eq!(
+        crate::web::get(web.addr(), "/healthz?probe=liveness").status,
+        200
+    );
+    assert_eq!(
+        crate::web::get(web.addr(), "/healthz?probe=other").status,
+        400
+    );
+
+    let bare = TestDb::empty();
+    let (code, out) = pgq_health(&bare, &["--probe", "liveness"]);
+    assert_ne!(code, 0, "no schema, no worker: {out}");
+    let out = Command::new(pgq_binary())
+        .args([
+            "--dsn",
+            "postgres://postgres@127.0.0.1:1/none",
+            "health",
+            "--probe",
+            "liveness",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "the database out of reach");
+}

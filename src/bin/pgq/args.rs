@@ -359,6 +359,12 @@ pub(crate) enum Command {
         /// this many transactions old.
         #[arg(long, default_value_t = 500_000, value_name = "TRANSACTIONS")]
         horizon_xid_after: i64,
+        /// Answer as a probe: `liveness` exits non-zero only when the database cannot be
+        /// read or the schema lacks what a worker needs; `readiness` also when work
+        /// stalls or the backlog grows. Held failures, stale jobs and a held horizon are
+        /// reported, and exit 0.
+        #[arg(long, value_parser = ["liveness", "readiness"], value_name = "KIND")]
+        probe: Option<String>,
         /// One JSON object.
         #[arg(long)]
         json: bool,

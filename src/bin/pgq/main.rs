@@ -191,6 +191,7 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             limits,
             horizon_after,
             horizon_xid_after,
+            probe,
             json,
         } => {
             let mut options = pgqueuer::ops::HealthOptions::default();
@@ -200,7 +201,8 @@ fn run(ctx: &Context, command: Command) -> Outcome {
             options.limits = limits;
             options.horizon_after = horizon_after;
             options.horizon_xid_after = horizon_xid_after;
-            monitor::health(ctx, &options, json)
+            let probe = probe.as_deref().and_then(pgqueuer::ops::Probe::parse);
+            monitor::health(ctx, &options, probe, json)
         }
         Command::Audit {
             since,

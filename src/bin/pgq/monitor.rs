@@ -867,7 +867,12 @@ pub(crate) fn audit(
 
 /// `pgq health`: the verdict, its reasons and the figures; the exit status says the
 /// verdict (0, 1, 2), and 3 when the check itself failed.
-pub(crate) fn health(ctx: &Context, options: &ops::HealthOptions, json: bool) -> Outcome {
+pub(crate) fn health(
+    ctx: &Context,
+    options: &ops::HealthOptions,
+    probe: Option<ops::Probe>,
+    json: bool,
+) -> Outcome {
     let checked = ctx
         .connect()
         .and_then(|mut conn| ops::health(&mut *conn, &ctx.settings, options));
@@ -911,9 +916,13 @@ pub(crate) fn health(ctx: &Context, options: &ops::HealthOptions, json: bool) ->
             format_span(options.window)
         );
     }
-    match health.verdict.exit_code() {
-        0 => Ok(()),
-        code => Err(Failure::Exit(code)),
+    match probe {
+        Some(probe) if health.passes(probe) => Ok(()),
+        Some(_) => Err(Failure::Exit(1)),
+        None => match health.verdict.exit_code() {
+            0 => Ok(()),
+            code => Err(Failure::Exit(code)),
+        },
     }
 }
 

@@ -87,6 +87,8 @@ pub(in crate::web) struct Overview<'a> {
     pub entrypoints: &'a Entrypoints,
     pub buckets: &'a [Bucket],
     pub workers: usize,
+    /// What has held the MVCC horizon long (see `crate::horizon`).
+    pub horizon: &'a [crate::horizon::HorizonHolder],
     pub now: SystemTime,
 }
 
@@ -99,6 +101,15 @@ pub(in crate::web) fn overview(o: &Overview<'_>) -> Markup {
     let hour = outcome_totals(o.buckets, o.now - Duration::from_secs(3600));
     html! {
         h1 { "Overview" }
+        @if let Some(oldest) = o.horizon.first() {
+            div.banner #horizon role="alert" {
+                strong { "The MVCC horizon is held: " }
+                (oldest.to_string())
+                @if o.horizon.len() > 1 { " (and " (o.horizon.len() - 1) " more)" }
+                ". No row version that died since can be removed, so the queue's tables and \
+                 indexes grow until it ends: end it, and set idle_in_transaction_session_timeout."
+            }
+        }
         div.cards {
             div.card #queued { div.n { (approx(queued, estimated)) } div.label { "queued" } }
             div.card #picked { div.n { (picked) } div.label { "picked (running)" } }

@@ -361,7 +361,9 @@ fn limits_stay_exact_with_python_workers_while_a_snapshot_is_held() {
     let _holder = hold_snapshot(&db);
     dead_behind(&db, "ltd");
     let queue = Queue::new(db.pool(2));
-    let jobs: Vec<NewJob> = (0..300).map(|i| NewJob::new("ltd", format!("{i}"))).collect();
+    let jobs: Vec<NewJob> = (0..300)
+        .map(|i| NewJob::new("ltd", format!("{i}")))
+        .collect();
     let ids = queue.enqueue_many(&jobs).unwrap();
     let python = crate::python::spawn_script(
         &db,
@@ -376,17 +378,20 @@ fn limits_stay_exact_with_python_workers_while_a_snapshot_is_held() {
     let record = db.pool(4);
     let rust = Worker::builder(pool)
         .threads(4)
-        .entrypoint(Entrypoint::new("ltd").concurrency_limit(3), move |job, _ctx| {
-            let mut conn = record.get()?;
-            let started: std::time::SystemTime =
-                conn.query_one("SELECT clock_timestamp()", &[])?.get(0);
-            std::thread::sleep(Duration::from_millis(20));
-            conn.execute(
-                "INSERT INTO interop_runs VALUES ($1, $2, clock_timestamp(), 'rust')",
-                &[&job.id, &started],
-            )?;
-            Ok(())
-        })
+        .entrypoint(
+            Entrypoint::new("ltd").concurrency_limit(3),
+            move |job, _ctx| {
+                let mut conn = record.get()?;
+                let started: std::time::SystemTime =
+                    conn.query_one("SELECT clock_timestamp()", &[])?.get(0);
+                std::thread::sleep(Duration::from_millis(20));
+                conn.execute(
+                    "INSERT INTO interop_runs VALUES ($1, $2, clock_timestamp(), 'rust')",
+                    &[&job.id, &started],
+                )?;
+                Ok(())
+            },
+        )
         .build()
         .unwrap()
         .start()
@@ -463,8 +468,52 @@ fn a_killed_workers_job_is_rescued_while_a_snapshot_is_held() {
     let took = rescued - killed;
     eprintln!("rescued {took:?} after the kill");
     // Stale 2 s after its last beat, looked for every second.
-    assert!(took < Duration::from_secs(8), "rescued {took:?} after the kill");
+    assert!(
+        took < Duration::from_secs(8),
+        "rescued {took:?} after the kill"
+    );
     rescuer.shutdown_handle().shutdown();
     rescuer.join().unwrap();
-    assert_eq!(crate::harness::log_of(&mut client, id).last().map(String::as_str), Some("successful"));
+    assert_eq!(
+        crate::harness::log_of(&mut client, id)
+            .last()
+            .map(String::as_str),
+        Some("successful")
+    );
+}
+
+/// The dashboard's overview shows a banner naming what holds the horizon (by its
+/// `application_name`) once it has held it past `WebOptions::horizon_after`, and none
+/// before.
+#[test]
+fn the_overview_names_a_long_held_horizon() {
+    let db = TestDb::new();
+    let mut options = pgqueuer::web::WebOptions::default();
+    options.horizon_after = Duration::from_secs(2);
+    let web = crate::web::dashboard(&db, options);
+    let mut report = db.config();
+    report.application_name("old-report");
+    let mut report = report.connect(postgres::NoTls).unwrap();
+    report
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pgqueuer;")
+        .unwrap();
+    let page = crate::web::get(web.addr(), "/");
+    assert_eq!(page.status, 200);
+    assert!(
+        !page.body.contains("id=\"horizon\""),
+        "a young snapshot is no banner"
+    );
+    std::thread::sleep(Duration::from_millis(2_500));
+    let page = crate::web::get(web.addr(), "/");
+    assert!(
+        page.body.contains("id=\"horizon\"") && page.body.contains("old-report"),
+        "{}",
+        page.body
+    );
+    report.batch_execute("COMMIT").unwrap();
+    let page = crate::web::get(web.addr(), "/");
+    assert!(
+        !page.body.contains("id=\"horizon\""),
+        "gone with the snapshot"
+    );
 }
