@@ -927,14 +927,13 @@ impl<'a> Dispatcher<'a> {
         let taken = claimed.as_ref().map_or(0, |c| c.jobs.len());
         if taken < take {
             self.ledger.unreserve(take - taken);
-            let (room, most) = (self.ledger.room(), self.ledger.most_room());
-            if room >= most {
-                // Every thread is idle and no job waits or is reserved for: no executor
-                // will say that room is free, and the primary lane may be waiting for the
-                // room the second lane's claim held. (Otherwise the next job to end says
-                // so: ringing now would only claim sooner, for fewer jobs.)
-                self.doorbell.thread_freed(room, most);
-            }
+            // The primary lane may be waiting for the room this claim held (a second
+            // lane's sweep reserves room every second): say it is free again. It rings
+            // only where the lane waits for that much room; waiting instead for the next
+            // job to end would leave idle threads idle while a long job runs, for up to
+            // the dequeue timeout.
+            self.doorbell
+                .thread_freed(self.ledger.room(), self.ledger.most_room());
         }
         if let (Ok(claim), Some(claimer)) = (&claimed, &claimer) {
             slots.advance(claimer, claim, config.batch_size);

@@ -187,7 +187,10 @@ fn a_drain_waits_for_the_retry_its_last_job_asks_for() {
 /// otherwise leave its retried job queued and due until the spell ends. The handler
 /// fails only once the dispatcher has looked for the next due job and found none (its
 /// last statement, idle on its connection), so the retry comes in the middle of the
-/// spell; the job must run again within seconds.
+/// spell; the job must run again within seconds. (It also caught a stall at start: the
+/// second lane's first sweep, claiming before the primary lane, held the room of both
+/// threads for a moment, and the primary lane, finding none, waited for a job to end; it
+/// never looked for the next due job, in most runs.)
 #[test]
 fn a_retry_ends_the_quiet_spell_of_an_idle_worker() {
     let db = TestDb::new();
@@ -208,7 +211,9 @@ fn a_retry_ends_the_quiet_spell_of_an_idle_worker() {
             move |job, _ctx| {
                 started_tx.send(job.attempts).unwrap();
                 if job.attempts == 0 {
-                    go_rx.lock().unwrap().recv().unwrap();
+                    // Bounded, so that a failing assertion below (which drops the
+                    // worker, and so joins it, before `go_tx`) cannot wait for ever.
+                    let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(90));
                     return Err("first run fails".into());
                 }
                 Ok(())
