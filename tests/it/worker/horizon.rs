@@ -374,6 +374,18 @@ fn limits_stay_exact_with_python_workers_while_a_snapshot_is_held() {
         }),
         Duration::from_secs(150),
     );
+    // The Rust worker starts once Python runs jobs: started together, Rust (up in
+    // milliseconds, Python in seconds) could run all 300 before Python took one.
+    eventually(
+        Duration::from_secs(60),
+        "the Python worker to run a job",
+        || {
+            scalar::<i64>(
+                &mut client,
+                "SELECT count(*) FROM interop_runs WHERE worker = 'py'",
+            ) > 0
+        },
+    );
     let pool = db.pool(6);
     let record = db.pool(4);
     let rust = Worker::builder(pool)
