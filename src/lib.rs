@@ -105,6 +105,7 @@ mod loop_conn;
 pub mod mcp;
 pub mod ops;
 mod payload;
+mod percent;
 mod queue;
 mod rate;
 pub mod schedules;

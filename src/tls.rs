@@ -518,12 +518,12 @@ pub(crate) fn split_dsn(dsn: &str) -> Result<(String, Vec<(String, String)>)> {
         let mut kept = Vec::new();
         for part in query.split('&') {
             let (key, value) = part.split_once('=').unwrap_or((part, ""));
-            let key_text = percent_decode(key).unwrap_or_else(|| key.to_owned());
+            let key_text = crate::percent::decode(key).unwrap_or_else(|_| key.to_owned());
             if UNSUPPORTED.contains(&key_text.as_str()) {
                 return Err(unsupported(&key_text));
             }
             if TLS_KEYS.contains(&key_text.as_str()) {
-                let value = percent_decode(value).ok_or_else(|| {
+                let value = crate::percent::decode(value).map_err(|_| {
                     Error::ConnectionConfig(format!(
                         "the value of {key_text} in the DSN is not valid percent-encoded UTF-8"
                     ))
@@ -614,23 +614,6 @@ pub(crate) fn split_dsn(dsn: &str) -> Result<(String, Vec<(String, String)>)> {
         }
     }
     Ok((kept.join(" "), found))
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Advice for a connection that failed because of TLS, from the driver's error and the

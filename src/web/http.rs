@@ -77,43 +77,27 @@ pub(super) fn pairs(text: &str) -> Result<Vec<(String, String)>, BadParam> {
 /// # Errors
 /// As [`pairs`].
 pub(super) fn decode(text: &str) -> Result<String, Broken> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3).ok_or(Broken::Escape)?;
-                let hex = std::str::from_utf8(hex).map_err(|_| Broken::Escape)?;
-                // from_str_radix takes a sign: `%+1` is not an escape.
-                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(Broken::Escape);
-                }
-                out.push(u8::from_str_radix(hex, 16).map_err(|_| Broken::Escape)?);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    if out.contains(&0) {
+    // `+` first: an escaped `%2B` is a plus sign, not a space.
+    let decoded = crate::percent::decode(&text.replace('+', " ")).map_err(|why| match why {
+        crate::percent::BadText::Escape => Broken::Escape,
+        crate::percent::BadText::NotUtf8 => Broken::NotUtf8,
+    })?;
+    if decoded.contains('\0') {
         return Err(Broken::Nul);
     }
-    String::from_utf8(out).map_err(|_| Broken::NotUtf8)
+    Ok(decoded)
 }
+
+/// What [`encode`] escapes: all but letters, digits and `-_.~` (RFC 3986's unreserved).
+const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// `text` escaped for a query string value.
 pub(super) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, QUERY_VALUE).to_string()
 }
 
 /// The `user:password` of an `Authorization: Basic ...` header value.
@@ -125,44 +109,21 @@ pub(super) fn basic_credentials(header: &str) -> Option<Vec<u8>> {
     base64_decode(value.trim())
 }
 
+/// Standard base64, with or without its `=` padding (clients differ).
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    fn value(c: u8) -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    }
-    let text = text.trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    for chunk in text.chunks(4) {
-        if chunk.len() == 1 {
-            return None;
-        }
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= value(c)? << (18 - 6 * i);
-        }
-        let bytes = n.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Some(out)
+    base64::Engine::decode(&BASE64, text).ok()
 }
 
 /// Whether `a` equals `b`, taking the same time whatever bytes differ (only the lengths
 /// may show), so that a password cannot be guessed byte by byte from response times.
 pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for (i, x) in a.iter().enumerate() {
-        // Compare against something of b's even when b is shorter, so the loop's length
-        // depends on a (the request's) alone.
-        let y = b.get(i).copied().unwrap_or(!*x);
-        diff |= x ^ y;
-    }
-    std::hint::black_box(diff) == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 /// The names (`Host` values) the dashboard answers for. A page of a name not on the

@@ -350,7 +350,7 @@ impl WorkerBuilder {
             Some(listen) => (Some(listen), None),
             None => {
                 super::warning::warn_always(format_args!(
-                    "pgqueuer worker: the pool goes through a transaction pooler, where \
+                    "worker: the pool goes through a transaction pooler, where \
                      LISTEN cannot work, and no listen_dsn is set (ConnectOptions::listen_dsn, \
                      PGQUEUER_LISTEN_DSN): polling every {:?} instead",
                     o.poll_interval

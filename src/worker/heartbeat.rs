@@ -60,7 +60,7 @@ impl HorizonWatch {
         }
         self.warned = Some(now);
         super::warning::warn_always(format_args!(
-            "pgqueuer: the MVCC horizon is held by {oldest}: no row version that died since can be \
+            "the MVCC horizon is held by {oldest}: no row version that died since can be \
              removed, so the queue's tables and indexes grow while it lasts (claims read past \
              them, at a cost that grows with them); end it, and set \
              idle_in_transaction_session_timeout (said at most every {} minutes)",
