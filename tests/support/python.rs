@@ -101,7 +101,10 @@ fn managed_environment() -> Result<PathBuf, String> {
     let lock_path = root.join("pgqueuer-python.lock");
     let lock = std::fs::File::create(&lock_path)
         .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
-    // Another test process may be making it right now: wait for it.
+    // Another test process may be making it right now: wait for it. (`File::lock` is
+    // newer than the crate's rust-version, which binds the library and pgq; the tests run
+    // on the current toolchain.)
+    #[allow(clippy::incompatible_msrv)]
     lock.lock()
         .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
     if std::fs::read_to_string(&marker).is_ok_and(|m| m == PINS)
