@@ -757,6 +757,21 @@ mod tests {
         assert!(split_dsn("host=db sslkey='open").is_err());
     }
 
+    /// A TLS setting in a URL whose value is broken percent-encoding (a `%` without two hex
+    /// digits, a sign where a digit belongs, bytes that are not UTF-8) is refused by name,
+    /// not taken as written.
+    #[test]
+    fn broken_percent_encoding_in_a_tls_setting_is_refused_by_name() {
+        for value in ["%zz", "50%", "%2", "%+1", "%FF%FE"] {
+            let dsn = format!("postgres://db/app?sslrootcert={value}");
+            let e = split_dsn(&dsn).expect_err(&dsn).to_string();
+            assert!(
+                e.contains("sslrootcert") && e.contains("percent-encoded"),
+                "{dsn}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn presented_names_read_plainly() {
         assert_eq!(plain_name("DnsName(\"localhost\")"), "localhost");
